@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Regenerates everything generated in this repository: deepcopy, defaulters, conversions and
+# OpenAPI definitions next to the API types, and the typed clientset, apply configurations,
+# listers and informers under pkg/generated. Uses kube_codegen.sh from the code-generator
+# module pinned in go.mod, so the generators match the k8s.io libraries we build against.
+set -o errexit -o nounset -o pipefail
+
+REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "${REPO_ROOT}"
+
+MODULE=$(go list -m)
+CODEGEN_PKG=$(go list -m -f '{{.Dir}}' k8s.io/code-generator)
+# shellcheck source=/dev/null
+source "${CODEGEN_PKG}/kube_codegen.sh"
+
+BOILERPLATE="${REPO_ROOT}/hack/boilerplate.go.txt"
+
+kube::codegen::gen_helpers \
+    --boilerplate "${BOILERPLATE}" \
+    "${REPO_ROOT}/pkg/apis"
+
+kube::codegen::gen_openapi \
+    --output-dir "${REPO_ROOT}/pkg/generated/openapi" \
+    --output-pkg "${MODULE}/pkg/generated/openapi" \
+    --output-model-name-file zz_generated.model_name.go \
+    --report-filename "${REPO_ROOT}/hack/api-rules-violations.list" \
+    --update-report \
+    --boilerplate "${BOILERPLATE}" \
+    "${REPO_ROOT}/pkg/apis"
+
+kube::codegen::gen_client \
+    --with-watch \
+    --with-applyconfig \
+    --output-dir "${REPO_ROOT}/pkg/generated" \
+    --output-pkg "${MODULE}/pkg/generated" \
+    --boilerplate "${BOILERPLATE}" \
+    "${REPO_ROOT}/pkg/apis"

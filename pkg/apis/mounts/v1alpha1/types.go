@@ -1,0 +1,208 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// MountType says how a Mount reaches its target.
+// +enum
+type MountType string
+
+const (
+	// MountTypeURL proxies to a remote Kubernetes API server whose kubeconfig is in a Secret.
+	MountTypeURL MountType = "URL"
+	// MountTypeWorkspace proxies to another kcp workspace.
+	MountTypeWorkspace MountType = "Workspace"
+	// MountTypeRedirect answers with an HTTP redirect to another kcp workspace.
+	MountTypeRedirect MountType = "Redirect"
+)
+
+// IdentityMode says under which identity proxied requests reach the target.
+// +enum
+type IdentityMode string
+
+const (
+	// IdentityModeImpersonate impersonates the caller (user, groups, extras, UID) on top of the
+	// mount's credentials.
+	IdentityModeImpersonate IdentityMode = "Impersonate"
+	// IdentityModeMountCredentials uses the mount's credentials as they are. Admin-only.
+	IdentityModeMountCredentials IdentityMode = "MountCredentials"
+)
+
+// MountPhase is the coarse state of a Mount.
+// +enum
+type MountPhase string
+
+const (
+	// MountPhaseInitializing: the mount was seen but not yet looked at.
+	MountPhaseInitializing MountPhase = "Initializing"
+	// MountPhaseConnecting: credentials are being resolved or the target has not answered yet.
+	MountPhaseConnecting MountPhase = "Connecting"
+	// MountPhaseReady: the target answered its health probe.
+	MountPhaseReady MountPhase = "Ready"
+	// MountPhaseUnknown: a mount that was Ready stopped answering.
+	MountPhaseUnknown MountPhase = "Unknown"
+)
+
+// Condition types set on mounts.
+const (
+	// ConditionCredentialsResolved is True when the referenced credentials could be read.
+	ConditionCredentialsResolved = "CredentialsResolved"
+	// ConditionTargetReachable is True when the target answered its health probe.
+	ConditionTargetReachable = "TargetReachable"
+	// ConditionReady is True when requests through the mount can succeed.
+	ConditionReady = "Ready"
+)
+
+// Well-known references.
+const (
+	// SecretKeyKubeconfig is the key of a referenced Secret that holds the target's kubeconfig.
+	SecretKeyKubeconfig = "kubeconfig"
+	// WorkspaceAPIVersion is the apiVersion of kcp Workspaces.
+	WorkspaceAPIVersion = "tenancy.kcp.io/v1alpha1"
+)
+
+// +genclient
+// +genclient:nonNamespaced
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// Mount makes a remote Kubernetes API, a cluster or a kcp workspace, reachable through this
+// server at /apis/mounts.kcp.io/v1alpha1/mounts/<name>/proxy/.
+type Mount struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard object metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the desired state of the mount.
+	// +optional
+	Spec MountSpec `json:"spec,omitempty"`
+	// status is the observed state of the mount, written by the server.
+	// +optional
+	Status MountStatus `json:"status,omitempty"`
+}
+
+// MountSpec is the desired state of a Mount.
+type MountSpec struct {
+	// type says how the mount reaches its target. URL proxies to a remote Kubernetes API server
+	// whose kubeconfig is in the referenced Secret; Workspace proxies to the referenced kcp
+	// workspace; Redirect answers with an HTTP redirect to the referenced kcp workspace.
+	// +optional
+	// +default="URL"
+	Type MountType `json:"type,omitempty"`
+
+	// ref names the object that backs the mount. For type URL: a Secret (apiVersion v1, kind
+	// Secret, namespace, name) whose key "kubeconfig" holds the target's kubeconfig. For types
+	// Workspace and Redirect: a kcp Workspace (apiVersion tenancy.kcp.io/v1alpha1, kind
+	// Workspace) named by its logical cluster path, e.g. "root:org:team". apiVersion and kind
+	// default from type.
+	Ref ObjectReference `json:"ref"`
+
+	// identity says under which identity proxied requests reach the target.
+	// +optional
+	Identity MountIdentity `json:"identity,omitempty"`
+
+	// caBundle is a PEM bundle of CA certificates that replaces the one in the kubeconfig for
+	// verifying the target's serving certificate. Only for type URL. TLS verification is never
+	// turned off.
+	// +optional
+	CABundle []byte `json:"caBundle,omitempty"`
+
+	// timeouts bounds the time spent reaching the target. Unset fields take the server's
+	// defaults.
+	// +optional
+	Timeouts *MountTimeouts `json:"timeouts,omitempty"`
+}
+
+// ObjectReference names the object that backs a Mount.
+// +structType=atomic
+type ObjectReference struct {
+	// apiVersion of the referenced object: "v1" for Secrets, "tenancy.kcp.io/v1alpha1" for
+	// Workspaces. Defaults from the mount's type.
+	// +optional
+	APIVersion string `json:"apiVersion,omitempty"`
+	// kind of the referenced object: "Secret" for type URL, "Workspace" for types Workspace and
+	// Redirect. Defaults from the mount's type.
+	// +optional
+	Kind string `json:"kind,omitempty"`
+	// namespace of the referenced Secret. Required for Secrets, forbidden for Workspaces.
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+	// name of the referenced Secret, or the logical cluster path of the referenced Workspace.
+	Name string `json:"name"`
+}
+
+// MountIdentity says how the caller's identity is carried to the target.
+type MountIdentity struct {
+	// mode is Impersonate (default): the caller reaches the target under its own user, groups,
+	// extras and UID, impersonated with the mount's credentials; or MountCredentials: every
+	// caller acts with the mount's credentials as they are, which only an administrator should
+	// allow. Callers in system:masters are never impersonated.
+	// +optional
+	// +default="Impersonate"
+	Mode IdentityMode `json:"mode,omitempty"`
+	// userPrefix is put before the caller's user name when impersonating, e.g. "hub:".
+	// Only with mode Impersonate. May not start with "system:".
+	// +optional
+	UserPrefix string `json:"userPrefix,omitempty"`
+	// groupPrefix is put before each of the caller's groups when impersonating, e.g. "hub:".
+	// Only with mode Impersonate. May not start with "system:".
+	// +optional
+	GroupPrefix string `json:"groupPrefix,omitempty"`
+}
+
+// MountTimeouts bounds the time spent reaching the target.
+type MountTimeouts struct {
+	// connectSeconds bounds dialing the target plus the TLS handshake, from 1 to 300.
+	// +optional
+	ConnectSeconds *int32 `json:"connectSeconds,omitempty"`
+	// requestSeconds bounds a proxied request that is not long-running (watch, log follow,
+	// exec, attach, port-forward and nested proxies are exempt), from 1 to 3600.
+	// +optional
+	RequestSeconds *int32 `json:"requestSeconds,omitempty"`
+}
+
+// MountStatus is the observed state of a Mount.
+type MountStatus struct {
+	// phase is Initializing when the mount was first seen, Connecting while credentials resolve
+	// and the target has not answered, Ready when the target answers, Unknown when a Ready
+	// mount stopped answering.
+	// +optional
+	Phase MountPhase `json:"phase,omitempty"`
+	// conditions say why the mount is in its phase (CredentialsResolved, TargetReachable, Ready).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// URL is the URL at which the mount's proxy is served. kcp reads this field.
+	// +optional
+	URL string `json:"URL,omitempty"`
+	// observedGeneration is the generation of the spec that this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// MountList is a list of Mounts.
+type MountList struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard list metadata.
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+
+	// items are the mounts.
+	Items []Mount `json:"items"`
+}
+
+// +k8s:conversion-gen:explicit-from=net/url.Values
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// MountProxyOptions are the query options of the mounts/proxy subresource.
+type MountProxyOptions struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// path is the path below the target's base path to forward the request to.
+	// +optional
+	Path string `json:"path,omitempty"`
+}

@@ -1,0 +1,113 @@
+package apiserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"k8s.io/apiserver/pkg/registry/rest"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/klog/v2"
+
+	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
+	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
+	"github.com/kcp-dev/mount-apiserver/pkg/embeddedetcd"
+	mountsregistry "github.com/kcp-dev/mount-apiserver/pkg/registry/mounts"
+)
+
+// Config is the configuration of a mount-apiserver, built by the command's options.
+type Config struct {
+	Generic *genericapiserver.RecommendedConfig
+	Extra   ExtraConfig
+}
+
+// ExtraConfig is what the mount-apiserver adds to the generic configuration.
+type ExtraConfig struct {
+	// EmbeddedEtcd is the etcd started for this server, nil with an external etcd. The server
+	// stops it after it stopped serving.
+	EmbeddedEtcd *embeddedetcd.Server
+	// AdminKubeconfig is the path of the admin kubeconfig written in standalone mode.
+	AdminKubeconfig string
+}
+
+type completedConfig struct {
+	Generic genericapiserver.CompletedConfig
+	Extra   *ExtraConfig
+}
+
+// CompletedConfig is a Config whose defaults are filled in; only it can build a server.
+type CompletedConfig struct {
+	*completedConfig
+}
+
+// Server is a mount-apiserver.
+type Server struct {
+	GenericAPIServer *genericapiserver.GenericAPIServer
+	extra            *ExtraConfig
+}
+
+// Complete fills in the fields of the generic configuration that derive from others.
+func (c *Config) Complete() CompletedConfig {
+	return CompletedConfig{&completedConfig{
+		Generic: c.Generic.Complete(),
+		Extra:   &c.Extra,
+	}}
+}
+
+// Close releases what the configuration started (the embedded etcd). A Server does this itself
+// when it stops; call Close only when no Server was built.
+func (c *Config) Close() {
+	c.Extra.EmbeddedEtcd.Close()
+}
+
+// New builds the server and installs the mounts.kcp.io API group.
+func (c CompletedConfig) New() (*Server, error) {
+	generic, err := c.Generic.New("mount-apiserver", genericapiserver.NewEmptyDelegate())
+	if err != nil {
+		return nil, fmt.Errorf("creating generic apiserver: %w", err)
+	}
+
+	storage, err := mountsregistry.NewStorage(Scheme, c.Generic.RESTOptionsGetter)
+	if err != nil {
+		return nil, err
+	}
+	group := genericapiserver.NewDefaultAPIGroupInfo(mounts.GroupName, Scheme, ParameterCodec, Codecs)
+	group.VersionedResourcesStorageMap[v1alpha1.SchemeGroupVersion.Version] = map[string]rest.Storage{
+		"mounts":        storage.Mount,
+		"mounts/status": storage.Status,
+	}
+	if err := generic.InstallAPIGroup(&group); err != nil {
+		return nil, fmt.Errorf("installing API group %s: %w", mounts.GroupName, err)
+	}
+
+
+	return &Server{GenericAPIServer: generic, extra: c.Extra}, nil
+}
+
+// Run serves until ctx is cancelled, drains in-flight requests, then stops the embedded etcd
+// so that everything acknowledged is on disk. A failing embedded etcd stops the server too:
+// without storage every request would fail while /livez still looked fine for a while.
+func (s *Server) Run(ctx context.Context) error {
+	defer s.extra.EmbeddedEtcd.Close()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if etcd := s.extra.EmbeddedEtcd; etcd != nil {
+		go func() {
+			select {
+			case err, ok := <-etcd.Err():
+				if ok && err != nil {
+					cancel(fmt.Errorf("embedded etcd failed: %w", err))
+				}
+			case <-ctx.Done():
+			}
+		}()
+	}
+	if err := s.GenericAPIServer.PrepareRun().RunWithContext(ctx); err != nil {
+		return fmt.Errorf("serving: %w", err)
+	}
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause
+	}
+	klog.FromContext(ctx).Info("Server stopped")
+	return nil
+}

@@ -1,0 +1,36 @@
+package apiserver
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+
+	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/install"
+)
+
+var (
+	// Scheme holds the internal and versioned mounts.kcp.io types and the meta types the
+	// generic apiserver serves alongside them.
+	Scheme = runtime.NewScheme()
+	// Codecs encodes and decodes objects of Scheme.
+	Codecs = serializer.NewCodecFactory(Scheme)
+)
+
+func init() {
+	install.Install(Scheme)
+
+	// Options and status objects of the generic endpoints are served as meta/v1.
+	metav1.AddToGroupVersion(Scheme, schema.GroupVersion{Version: "v1"})
+	unversioned := schema.GroupVersion{Group: "", Version: "v1"}
+	Scheme.AddUnversionedTypes(unversioned,
+		&metav1.Status{},
+		&metav1.APIVersions{},
+		&metav1.APIGroupList{},
+		&metav1.APIGroup{},
+		&metav1.APIResourceList{},
+	)
+}
+
+// ParameterCodec decodes query parameters into the options types of the scheme.
+var ParameterCodec = runtime.NewParameterCodec(Scheme)

@@ -1,0 +1,147 @@
+package options
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strconv"
+
+	"k8s.io/apiserver/pkg/apis/apiserver"
+	"k8s.io/apiserver/pkg/authentication/request/anonymous"
+	authenticatorunion "k8s.io/apiserver/pkg/authentication/request/union"
+	x509request "k8s.io/apiserver/pkg/authentication/request/x509"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
+	"k8s.io/apiserver/pkg/authorization/path"
+	authorizerunion "k8s.io/apiserver/pkg/authorization/union"
+	openapinamer "k8s.io/apiserver/pkg/endpoints/openapi"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+	"k8s.io/klog/v2"
+
+	mountapiserver "github.com/kcp-dev/mount-apiserver/pkg/apiserver"
+	"github.com/kcp-dev/mount-apiserver/pkg/embeddedetcd"
+	generatedopenapi "github.com/kcp-dev/mount-apiserver/pkg/generated/openapi"
+	"github.com/kcp-dev/mount-apiserver/pkg/pki"
+)
+
+// publicPaths may be read without credentials: health and version, as in Kubernetes.
+var publicPaths = []string{"/healthz", "/livez", "/readyz", "/version"}
+
+// Config builds the server's configuration. It starts the embedded etcd, if any, and opens the
+// secure listener; on error it releases both.
+func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config, err error) {
+	logger := klog.FromContext(ctx)
+	cfg := &mountapiserver.Config{Generic: genericapiserver.NewRecommendedConfig(mountapiserver.Codecs)}
+	defer func() {
+		if err != nil {
+			cfg.Close()
+		}
+	}()
+
+	// The PKI's CA authenticates clients in any case; its serving certificate is used unless
+	// --tls-cert-file names another one.
+	hosts, ips := o.servingHosts()
+	ca, err := pki.Ensure(o.SecureServing.ServerCert.CertDirectory, hosts, ips)
+	if err != nil {
+		return nil, fmt.Errorf("preparing certificates in %s: %w", o.SecureServing.ServerCert.CertDirectory, err)
+	}
+	if o.GenerateCerts {
+		o.SecureServing.ServerCert.CertKey.CertFile = ca.Path(pki.ServingCertFile)
+		o.SecureServing.ServerCert.CertKey.KeyFile = ca.Path(pki.ServingKeyFile)
+	}
+
+	if o.EmbeddedEtcd {
+		etcd, err := embeddedetcd.Start(ctx, embeddedetcd.Options{
+			Directory:         filepath.Join(o.RootDirectory, etcdDir),
+			StartTimeout:      embeddedEtcdStartTimeout,
+			QuotaBackendBytes: o.EmbeddedEtcdQuotaBackendBytes,
+		})
+		if err != nil {
+			return nil, err
+		}
+		cfg.Extra.EmbeddedEtcd = etcd
+		o.Etcd.StorageConfig.Transport.ServerList = []string{etcd.ClientURL}
+	}
+
+	generic := &cfg.Generic.Config
+	if err := o.ServerRun.ApplyTo(generic); err != nil {
+		return nil, fmt.Errorf("applying server options: %w", err)
+	}
+	if err := o.SecureServing.ApplyTo(&generic.SecureServing, &generic.LoopbackClientConfig); err != nil {
+		return nil, fmt.Errorf("applying serving options: %w", err)
+	}
+	if err := o.Etcd.ApplyTo(generic); err != nil {
+		return nil, fmt.Errorf("applying etcd options: %w", err)
+	}
+	if err := o.Audit.ApplyTo(generic); err != nil {
+		return nil, fmt.Errorf("applying audit options: %w", err)
+	}
+	if err := o.Features.ApplyTo(generic, nil, nil); err != nil {
+		return nil, fmt.Errorf("applying feature options: %w", err)
+	}
+
+	if err := applyStandaloneAuth(generic, ca); err != nil {
+		return nil, err
+	}
+	cfg.Extra.AdminKubeconfig = filepath.Join(o.RootDirectory, AdminKubeconfigFile)
+	if err := ca.WriteAdminKubeconfig(cfg.Extra.AdminKubeconfig, o.serverURL(generic.SecureServing.Listener.Addr()), o.GenerateCerts); err != nil {
+		return nil, err
+	}
+	logger.Info("Wrote admin kubeconfig", "path", cfg.Extra.AdminKubeconfig)
+
+	namer := openapinamer.NewDefinitionNamer(mountapiserver.Scheme)
+	generic.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(generatedopenapi.GetOpenAPIDefinitions, namer)
+	generic.OpenAPIConfig.Info.Title = "mount-apiserver"
+	generic.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(generatedopenapi.GetOpenAPIDefinitions, namer)
+	generic.OpenAPIV3Config.Info.Title = "mount-apiserver"
+
+	return cfg, nil
+}
+
+// applyStandaloneAuth authenticates clients by certificates of the standalone CA and
+// authorizes only system:masters, plus anonymous reads of the public paths.
+func applyStandaloneAuth(c *genericapiserver.Config, ca *pki.PKI) error {
+	clientCA, err := dynamiccertificates.NewStaticCAContent("mount-apiserver-client-ca", ca.CACertPEM)
+	if err != nil {
+		return fmt.Errorf("loading client CA: %w", err)
+	}
+	c.SecureServing.ClientCA = clientCA
+
+	conditions := make([]apiserver.AnonymousAuthCondition, 0, len(publicPaths))
+	for _, p := range publicPaths {
+		conditions = append(conditions, apiserver.AnonymousAuthCondition{Path: p})
+	}
+	c.Authentication.Authenticator = authenticatorunion.New(
+		x509request.NewDynamic(clientCA.VerifyOptions, x509request.CommonNameUserConversion),
+		anonymous.NewAuthenticator(conditions),
+	)
+
+	public, err := path.NewAuthorizer(publicPaths)
+	if err != nil {
+		return fmt.Errorf("creating public path authorizer: %w", err)
+	}
+	c.Authorization.Authorizer, err = authorizerunion.New(
+		authorizerunion.NamedAuthorizer{AuthorizerName: "public-paths", Authorizer: public},
+		authorizerunion.NamedAuthorizer{AuthorizerName: "system-masters", Authorizer: authorizerfactory.NewPrivilegedGroups(user.SystemPrivilegedGroup)},
+	)
+	if err != nil {
+		return fmt.Errorf("creating authorizer: %w", err)
+	}
+	return nil
+}
+
+// serverURL is the URL clients on this host use: the bound address, or loopback when bound to
+// all addresses.
+func (o CompletedOptions) serverURL(addr net.Addr) string {
+	host := "127.0.0.1"
+	if bind := o.SecureServing.BindAddress; bind != nil && !bind.IsUnspecified() {
+		host = bind.String()
+	}
+	port := o.SecureServing.BindPort
+	if tcp, ok := addr.(*net.TCPAddr); ok {
+		port = tcp.Port
+	}
+	return "https://" + net.JoinHostPort(host, strconv.Itoa(port))
+}

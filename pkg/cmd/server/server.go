@@ -1,0 +1,68 @@
+package server
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/spf13/cobra"
+	cliflag "k8s.io/component-base/cli/flag"
+	"k8s.io/component-base/cli/globalflag"
+	"k8s.io/component-base/term"
+	"k8s.io/klog/v2"
+
+	"github.com/kcp-dev/mount-apiserver/pkg/cmd/server/options"
+)
+
+// NewCommand returns the mount-apiserver command. It runs until ctx is cancelled.
+func NewCommand(ctx context.Context) *cobra.Command {
+	o := options.NewOptions()
+	cmd := &cobra.Command{
+		Use:   "mount-apiserver",
+		Short: "Serves the mounts.kcp.io API: remote Kubernetes clusters and kcp workspaces behind one API",
+		Long: `mount-apiserver serves the mounts.kcp.io API group (kind Mount).
+
+With no flags it runs standalone: an embedded etcd and generated certificates under
+--root-directory, the API on https://127.0.0.1:6443, and an admin kubeconfig written to
+<root-directory>/admin.kubeconfig. --etcd-servers switches to an external etcd.`,
+		SilenceUsage: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 0 {
+				return fmt.Errorf("unexpected arguments: %q", args)
+			}
+			return Run(cmd.Context(), o)
+		},
+	}
+	cmd.SetContext(ctx)
+
+	fss := o.Flags()
+	globalflag.AddGlobalFlags(fss.FlagSet("global"), cmd.Name())
+	for _, fs := range fss.FlagSets {
+		cmd.Flags().AddFlagSet(fs)
+	}
+	cols, _, _ := term.TerminalSize(cmd.OutOrStdout())
+	cliflag.SetUsageAndHelpFunc(cmd, fss, cols)
+	return cmd
+}
+
+// Run completes and validates o, builds the server and serves until ctx is cancelled.
+func Run(ctx context.Context, o *options.Options) error {
+	completed, err := o.Complete()
+	if err != nil {
+		return err
+	}
+	if err := completed.Validate(); err != nil {
+		return err
+	}
+	ctx = klog.NewContext(ctx, klog.Background().WithName("mount-apiserver"))
+
+	cfg, err := completed.Config(ctx)
+	if err != nil {
+		return err
+	}
+	server, err := cfg.Complete().New()
+	if err != nil {
+		cfg.Close()
+		return err
+	}
+	return server.Run(ctx)
+}

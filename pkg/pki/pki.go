@@ -1,0 +1,261 @@
+package pki
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	certutil "k8s.io/client-go/util/cert"
+	"k8s.io/client-go/util/keyutil"
+)
+
+// File names below the PKI directory.
+const (
+	CACertFile      = "ca.crt"
+	CAKeyFile       = "ca.key"
+	ServingCertFile = "serving.crt"
+	ServingKeyFile  = "serving.key"
+	AdminCertFile   = "admin.crt"
+	AdminKeyFile    = "admin.key"
+)
+
+const (
+	caValidity   = 10 * 365 * 24 * time.Hour
+	leafValidity = 365 * 24 * time.Hour
+	// renewBefore renews leaf certificates that would expire within this time.
+	renewBefore = 30 * 24 * time.Hour
+
+	// AdminUser and AdminGroup are the identity of the admin kubeconfig.
+	AdminUser  = "mount-admin"
+	AdminGroup = "system:masters"
+)
+
+// PKI is the standalone credential set, loaded or created in Dir.
+type PKI struct {
+	Dir       string
+	CACertPEM []byte
+
+	caCert *x509.Certificate
+	caKey  crypto.Signer
+}
+
+// Ensure loads the CA from dir or creates it, then makes sure a serving certificate valid for
+// hosts and ips and an admin client certificate exist.
+func Ensure(dir string, hosts []string, ips []net.IP) (*PKI, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating PKI directory: %w", err)
+	}
+	p := &PKI{Dir: dir}
+	if err := p.ensureCA(); err != nil {
+		return nil, err
+	}
+	if err := p.ensureLeaf(ServingCertFile, ServingKeyFile, func(c *x509.Certificate) bool {
+		return coversAll(c, hosts, ips)
+	}, &x509.Certificate{
+		Subject:     pkix.Name{CommonName: "mount-apiserver"},
+		DNSNames:    hosts,
+		IPAddresses: ips,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}); err != nil {
+		return nil, fmt.Errorf("serving certificate: %w", err)
+	}
+	if err := p.ensureLeaf(AdminCertFile, AdminKeyFile, nil, &x509.Certificate{
+		Subject:     pkix.Name{CommonName: AdminUser, Organization: []string{AdminGroup}},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}); err != nil {
+		return nil, fmt.Errorf("admin client certificate: %w", err)
+	}
+	return p, nil
+}
+
+// Path returns the path of a file of the PKI.
+func (p *PKI) Path(name string) string { return filepath.Join(p.Dir, name) }
+
+func (p *PKI) ensureCA() error {
+	certPath, keyPath := p.Path(CACertFile), p.Path(CAKeyFile)
+	cert, key, err := load(certPath, keyPath)
+	switch {
+	case err == nil && time.Now().Add(renewBefore).Before(cert.NotAfter) && cert.IsCA:
+	case err == nil || errors.Is(err, os.ErrNotExist):
+		// A new CA invalidates every certificate it signed; the leaves are renewed below
+		// because they no longer verify against it.
+		key, err = newKey()
+		if err != nil {
+			return err
+		}
+		cert, err = certutil.NewSelfSignedCACert(certutil.Config{CommonName: "mount-apiserver-ca"}, key)
+		if err != nil {
+			return fmt.Errorf("creating CA certificate: %w", err)
+		}
+		if err := write(certPath, keyPath, cert, key); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("loading CA from %s: %w", p.Dir, err)
+	}
+	p.caCert, p.caKey = cert, key
+	p.CACertPEM = encodeCert(cert)
+	return nil
+}
+
+// ensureLeaf keeps an existing certificate that the CA signed, that is not about to expire
+// and that fits, or creates a new one from template.
+func (p *PKI) ensureLeaf(certFile, keyFile string, fits func(*x509.Certificate) bool, template *x509.Certificate) error {
+	certPath, keyPath := p.Path(certFile), p.Path(keyFile)
+	cert, _, err := load(certPath, keyPath)
+	if err == nil && cert.CheckSignatureFrom(p.caCert) == nil &&
+		time.Now().Add(renewBefore).Before(cert.NotAfter) && (fits == nil || fits(cert)) {
+		return nil
+	}
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("loading %s: %w", certPath, err)
+	}
+	key, err := newKey()
+	if err != nil {
+		return err
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		return fmt.Errorf("creating serial number: %w", err)
+	}
+	now := time.Now()
+	template.SerialNumber = serial
+	template.NotBefore = now.Add(-5 * time.Minute).UTC()
+	template.NotAfter = now.Add(leafValidity).UTC()
+	template.KeyUsage = x509.KeyUsageDigitalSignature
+	der, err := x509.CreateCertificate(rand.Reader, template, p.caCert, key.Public(), p.caKey)
+	if err != nil {
+		return fmt.Errorf("signing certificate: %w", err)
+	}
+	cert, err = x509.ParseCertificate(der)
+	if err != nil {
+		return fmt.Errorf("parsing signed certificate: %w", err)
+	}
+	return write(certPath, keyPath, cert, key)
+}
+
+// WriteAdminKubeconfig writes a kubeconfig for the admin that talks to server. With
+// trustCA the kubeconfig trusts this PKI's CA for the server; without it, the system's roots
+// (the server presents a certificate of the user's own).
+func (p *PKI) WriteAdminKubeconfig(path, server string, trustCA bool) error {
+	certPEM, err := os.ReadFile(p.Path(AdminCertFile))
+	if err != nil {
+		return fmt.Errorf("reading admin certificate: %w", err)
+	}
+	keyPEM, err := os.ReadFile(p.Path(AdminKeyFile))
+	if err != nil {
+		return fmt.Errorf("reading admin key: %w", err)
+	}
+	const name = "mount-apiserver"
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters[name] = &clientcmdapi.Cluster{Server: server}
+	if trustCA {
+		cfg.Clusters[name].CertificateAuthorityData = p.CACertPEM
+	}
+	cfg.AuthInfos[AdminUser] = &clientcmdapi.AuthInfo{ClientCertificateData: certPEM, ClientKeyData: keyPEM}
+	cfg.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: AdminUser}
+	cfg.CurrentContext = name
+	data, err := clientcmd.Write(*cfg)
+	if err != nil {
+		return fmt.Errorf("encoding admin kubeconfig: %w", err)
+	}
+	return writeAtomic(path, data, 0o600)
+}
+
+func coversAll(c *x509.Certificate, hosts []string, ips []net.IP) bool {
+	for _, h := range hosts {
+		if !slices.Contains(c.DNSNames, h) {
+			return false
+		}
+	}
+	for _, ip := range ips {
+		if !slices.ContainsFunc(c.IPAddresses, ip.Equal) {
+			return false
+		}
+	}
+	return true
+}
+
+func newKey() (crypto.Signer, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("generating key: %w", err)
+	}
+	return key, nil
+}
+
+func load(certPath, keyPath string) (*x509.Certificate, crypto.Signer, error) {
+	certs, err := certutil.CertsFromFile(certPath)
+	if err != nil {
+		if _, statErr := os.Stat(certPath); errors.Is(statErr, os.ErrNotExist) {
+			return nil, nil, statErr
+		}
+		return nil, nil, err
+	}
+	keyAny, err := keyutil.PrivateKeyFromFile(keyPath)
+	if err != nil {
+		if _, statErr := os.Stat(keyPath); errors.Is(statErr, os.ErrNotExist) {
+			return nil, nil, statErr
+		}
+		return nil, nil, err
+	}
+	key, ok := keyAny.(crypto.Signer)
+	if !ok {
+		return nil, nil, fmt.Errorf("key in %s cannot sign", keyPath)
+	}
+	return certs[0], key, nil
+}
+
+func write(certPath, keyPath string, cert *x509.Certificate, key crypto.Signer) error {
+	keyPEM, err := keyutil.MarshalPrivateKeyToPEM(key)
+	if err != nil {
+		return fmt.Errorf("encoding key: %w", err)
+	}
+	if err := writeAtomic(keyPath, keyPEM, 0o600); err != nil {
+		return err
+	}
+	return writeAtomic(certPath, encodeCert(cert), 0o644)
+}
+
+func encodeCert(cert *x509.Certificate) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: certutil.CertificateBlockType, Bytes: cert.Raw})
+}
+
+// writeAtomic writes through a temporary file and a rename, so that a crash never leaves a
+// half-written key or kubeconfig behind.
+func writeAtomic(path string, data []byte, mode os.FileMode) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,110 @@
+package mounts
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/registry/generic"
+	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
+	"k8s.io/apiserver/pkg/registry/rest"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+
+	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
+)
+
+// REST is the storage of the mounts resource.
+type REST struct {
+	*genericregistry.Store
+}
+
+// StatusREST is the storage of the mounts/status subresource.
+type StatusREST struct {
+	store *genericregistry.Store
+}
+
+var (
+	_ rest.StandardStorage     = &REST{}
+	_ rest.ShortNamesProvider  = &REST{}
+	_ rest.ResetFieldsStrategy = &REST{}
+	_ rest.Patcher             = &StatusREST{}
+	_ rest.Storage             = &StatusREST{}
+	_ rest.ResetFieldsStrategy = &StatusREST{}
+	_ rest.TableConvertor      = &StatusREST{}
+)
+
+// Storage holds the storage of mounts and its subresources.
+type Storage struct {
+	Mount  *REST
+	Status *StatusREST
+}
+
+// NewStorage returns the storage of mounts over the RESTOptionsGetter's etcd.
+func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter) (*Storage, error) {
+	resource := mounts.Resource("mounts")
+	opts, err := optsGetter.GetRESTOptions(resource, &mounts.Mount{})
+	if err != nil {
+		return nil, fmt.Errorf("getting storage options for %s: %w", resource, err)
+	}
+	prefix := "/" + strings.TrimPrefix(opts.ResourcePrefix, "/")
+
+	strategy := NewStrategy(scheme)
+	store := &genericregistry.Store{
+		NewFunc:                   func() runtime.Object { return &mounts.Mount{} },
+		NewListFunc:               func() runtime.Object { return &mounts.MountList{} },
+		PredicateFunc:             Match,
+		DefaultQualifiedResource:  resource,
+		SingularQualifiedResource: mounts.Resource("mount"),
+		KeyRootFunc:               keyRootFunc(prefix),
+		KeyFunc:                   keyFunc(prefix),
+
+		CreateStrategy:      strategy,
+		UpdateStrategy:      strategy,
+		DeleteStrategy:      strategy,
+		ResetFieldsStrategy: strategy,
+
+		TableConvertor: tableConvertor{},
+	}
+	if err := store.CompleteWithOptions(&generic.StoreOptions{RESTOptions: optsGetter, AttrFunc: GetAttrs}); err != nil {
+		return nil, fmt.Errorf("completing storage of %s: %w", resource, err)
+	}
+
+	statusStrategy := NewStatusStrategy(strategy)
+	statusStore := *store
+	statusStore.UpdateStrategy = statusStrategy
+	statusStore.ResetFieldsStrategy = statusStrategy
+
+	return &Storage{Mount: &REST{store}, Status: &StatusREST{store: &statusStore}}, nil
+}
+
+// ShortNames lets users type `kubectl get mnt`.
+func (r *REST) ShortNames() []string { return []string{"mnt"} }
+
+// New returns an empty Mount.
+func (r *StatusREST) New() runtime.Object { return &mounts.Mount{} }
+
+// Destroy does nothing: the main resource's store owns the storage and destroys it.
+func (r *StatusREST) Destroy() {}
+
+// Get returns the Mount whose status is addressed.
+func (r *StatusREST) Get(ctx context.Context, name string, options *metav1.GetOptions) (runtime.Object, error) {
+	return r.store.Get(ctx, name, options)
+}
+
+// Update changes the status of a Mount and nothing else.
+func (r *StatusREST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc, updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
+	// Status updates never create: a status without its Mount means nothing.
+	return r.store.Update(ctx, name, objInfo, createValidation, updateValidation, false, options)
+}
+
+// GetResetFields returns the fields that status updates ignore.
+func (r *StatusREST) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
+	return r.store.GetResetFields()
+}
+
+// ConvertToTable prints a Mount's status as the main resource does.
+func (r *StatusREST) ConvertToTable(ctx context.Context, object runtime.Object, tableOptions runtime.Object) (*metav1.Table, error) {
+	return r.store.ConvertToTable(ctx, object, tableOptions)
+}

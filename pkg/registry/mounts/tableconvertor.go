@@ -1,0 +1,99 @@
+package mounts
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/duration"
+	"k8s.io/apiserver/pkg/registry/rest"
+
+	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
+	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
+)
+
+// tableConvertor prints Mounts for `kubectl get`: NAME, TYPE, PHASE, URL, AGE, and with
+// -o wide the reference, the identity mode and the Ready condition.
+type tableConvertor struct{}
+
+var _ rest.TableConvertor = tableConvertor{}
+
+var columns = []metav1.TableColumnDefinition{
+	{Name: "Name", Type: "string", Format: "name", Description: "Name of the mount."},
+	{Name: "Type", Type: "string", Description: "How the mount reaches its target: URL, Workspace or Redirect."},
+	{Name: "Phase", Type: "string", Description: "Initializing, Connecting, Ready or Unknown."},
+	{Name: "URL", Type: "string", Description: "The URL at which the mount's proxy is served."},
+	{Name: "Age", Type: "string", Description: "Time since the mount was created."},
+	{Name: "Ref", Type: "string", Priority: 1, Description: "The object that backs the mount."},
+	{Name: "Identity", Type: "string", Priority: 1, Description: "Identity mode of proxied requests."},
+	{Name: "Ready", Type: "string", Priority: 1, Description: "Status of the Ready condition."},
+}
+
+func (tableConvertor) ConvertToTable(_ context.Context, obj runtime.Object, tableOptions runtime.Object) (*metav1.Table, error) {
+	table := &metav1.Table{}
+	if opts, ok := tableOptions.(*metav1.TableOptions); !ok || !opts.NoHeaders {
+		table.ColumnDefinitions = columns
+	}
+
+	now := time.Now()
+	switch t := obj.(type) {
+	case *mounts.Mount:
+		table.ResourceVersion = t.ResourceVersion
+		table.Rows = []metav1.TableRow{row(t, now)}
+	case *mounts.MountList:
+		list, err := meta.ListAccessor(t)
+		if err != nil {
+			return nil, fmt.Errorf("reading list metadata: %w", err)
+		}
+		table.ResourceVersion = list.GetResourceVersion()
+		table.Continue = list.GetContinue()
+		table.RemainingItemCount = list.GetRemainingItemCount()
+		table.Rows = make([]metav1.TableRow, 0, len(t.Items))
+		for i := range t.Items {
+			table.Rows = append(table.Rows, row(&t.Items[i], now))
+		}
+	default:
+		return nil, fmt.Errorf("cannot print %T as a table of mounts", obj)
+	}
+	return table, nil
+}
+
+func row(m *mounts.Mount, now time.Time) metav1.TableRow {
+	return metav1.TableRow{
+		Object: runtime.RawExtension{Object: m},
+		Cells: []interface{}{
+			m.Name,
+			string(m.Spec.Type),
+			string(m.Status.Phase),
+			m.Status.URL,
+			age(m.CreationTimestamp, now),
+			ref(&m.Spec.Ref),
+			string(m.Spec.Identity.Mode),
+			readyStatus(m.Status.Conditions),
+		},
+	}
+}
+
+func age(created metav1.Time, now time.Time) string {
+	if created.IsZero() {
+		return "<unknown>"
+	}
+	return duration.HumanDuration(now.Sub(created.Time))
+}
+
+func ref(r *mounts.ObjectReference) string {
+	if r.Namespace != "" {
+		return r.Kind + "/" + r.Namespace + "/" + r.Name
+	}
+	return r.Kind + "/" + r.Name
+}
+
+func readyStatus(conditions []metav1.Condition) string {
+	if c := meta.FindStatusCondition(conditions, v1alpha1.ConditionReady); c != nil {
+		return string(c.Status)
+	}
+	return ""
+}
