@@ -80,7 +80,6 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, fmt.Errorf("installing API group %s: %w", mounts.GroupName, err)
 	}
 
-
 	return &Server{GenericAPIServer: generic, extra: c.Extra}, nil
 }
 

@@ -1,0 +1,2 @@
+// Package install registers the mounts.kcp.io API group, internal and versioned, into a scheme.
+package install

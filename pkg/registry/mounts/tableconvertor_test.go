@@ -1,0 +1,68 @@
+package mounts
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
+)
+
+func TestConvertToTable(t *testing.T) {
+	m := testMount()
+	m.CreationTimestamp = metav1.NewTime(time.Now().Add(-90 * time.Minute))
+	m.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue}}
+	ws := &mounts.Mount{
+		ObjectMeta: metav1.ObjectMeta{Name: "team"},
+		Spec: mounts.MountSpec{
+			Type:     mounts.MountTypeWorkspace,
+			Ref:      mounts.ObjectReference{Kind: "Workspace", Name: "root:team"},
+			Identity: mounts.MountIdentity{Mode: mounts.IdentityModeImpersonate},
+		},
+	}
+	list := &mounts.MountList{ListMeta: metav1.ListMeta{ResourceVersion: "42", Continue: "c"}, Items: []mounts.Mount{*m, *ws}}
+
+	table, err := tableConvertor{}.ConvertToTable(context.Background(), list, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, c := range table.ColumnDefinitions {
+		if c.Priority == 0 {
+			names = append(names, c.Name)
+		}
+	}
+	if diff := cmp.Diff([]string{"Name", "Type", "Phase", "URL", "Age"}, names); diff != "" {
+		t.Errorf("default columns (-want +got):\n%s", diff)
+	}
+	if len(table.ColumnDefinitions) != len(table.Rows[0].Cells) {
+		t.Errorf("%d columns but %d cells", len(table.ColumnDefinitions), len(table.Rows[0].Cells))
+	}
+	want := [][]interface{}{
+		{"prod", "URL", "Ready", "https://x/", "90m", "Secret/prod/kubeconfig", "Impersonate", "True"},
+		{"team", "Workspace", "", "", "<unknown>", "Workspace/root:team", "Impersonate", ""},
+	}
+	for i, row := range table.Rows {
+		if diff := cmp.Diff(want[i], row.Cells); diff != "" {
+			t.Errorf("row %d (-want +got):\n%s", i, diff)
+		}
+	}
+	if table.ResourceVersion != "42" || table.Continue != "c" {
+		t.Errorf("list metadata lost: %q %q", table.ResourceVersion, table.Continue)
+	}
+
+	single, err := tableConvertor{}.ConvertToTable(context.Background(), m, &metav1.TableOptions{NoHeaders: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(single.ColumnDefinitions) != 0 || len(single.Rows) != 1 {
+		t.Errorf("NoHeaders table: %d columns, %d rows", len(single.ColumnDefinitions), len(single.Rows))
+	}
+
+	if _, err := (tableConvertor{}).ConvertToTable(context.Background(), &metav1.Status{}, nil); err == nil {
+		t.Error("expected an error for a foreign object")
+	}
+}
