@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 	cliflag "k8s.io/component-base/cli/flag"
 	"k8s.io/component-base/cli/globalflag"
+	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/component-base/term"
 	"k8s.io/klog/v2"
 
@@ -28,6 +29,11 @@ With no flags it runs standalone: an embedded etcd and generated certificates un
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 0 {
 				return fmt.Errorf("unexpected arguments: %q", args)
+			}
+			// Logging is process-wide, so it is applied here and not in Run, which tests call
+			// many times in one process.
+			if err := logsapi.ValidateAndApply(o.Logs, nil); err != nil {
+				return err
 			}
 			return Run(cmd.Context(), o)
 		},

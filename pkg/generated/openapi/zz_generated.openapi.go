@@ -410,7 +410,7 @@ func schema_pkg_apis_mounts_v1alpha1_ObjectReference(ref common.ReferenceCallbac
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
 			SchemaProps: spec.SchemaProps{
-				Description: "ObjectReference names the object that backs a Mount.",
+				Description: "ObjectReference names the object that backs a Mount. It is granular, not atomic, for server-side apply: apiVersion and kind are defaulted, and an atomic reference would make every applier that leaves them out conflict with the defaulted value.",
 				Type:        []string{"object"},
 				Properties: map[string]spec.Schema{
 					"apiVersion": {
@@ -444,11 +444,6 @@ func schema_pkg_apis_mounts_v1alpha1_ObjectReference(ref common.ReferenceCallbac
 					},
 				},
 				Required: []string{"name"},
-			},
-			VendorExtensible: spec.VendorExtensible{
-				Extensions: spec.Extensions{
-					"x-kubernetes-map-type": "atomic",
-				},
 			},
 		},
 	}

@@ -114,8 +114,9 @@ type MountSpec struct {
 	Timeouts *MountTimeouts `json:"timeouts,omitempty"`
 }
 
-// ObjectReference names the object that backs a Mount.
-// +structType=atomic
+// ObjectReference names the object that backs a Mount. It is granular, not atomic, for
+// server-side apply: apiVersion and kind are defaulted, and an atomic reference would make
+// every applier that leaves them out conflict with the defaulted value.
 type ObjectReference struct {
 	// apiVersion of the referenced object: "v1" for Secrets, "tenancy.kcp.io/v1alpha1" for
 	// Workspaces. Defaults from the mount's type.

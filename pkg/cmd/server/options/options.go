@@ -138,9 +138,8 @@ func (o CompletedOptions) Validate() error {
 	errs = append(errs, o.etcdValidate()...)
 	errs = append(errs, o.Audit.Validate()...)
 	errs = append(errs, o.Features.Validate()...)
-	if err := logsapi.ValidateAndApply(o.Logs, nil); err != nil {
-		errs = append(errs, err)
-	}
+	// Logging is process-wide; the command applies it once, Validate only checks it.
+	errs = append(errs, logsapi.Validate(o.Logs, nil, nil).ToAggregate())
 	return utilerrors.NewAggregate(errs)
 }
 

@@ -21,7 +21,9 @@ package v1alpha1
 // ObjectReferenceApplyConfiguration represents a declarative configuration of the ObjectReference type for use
 // with apply.
 //
-// ObjectReference names the object that backs a Mount.
+// ObjectReference names the object that backs a Mount. It is granular, not atomic, for
+// server-side apply: apiVersion and kind are defaulted, and an atomic reference would make
+// every applier that leaves them out conflict with the defaulted value.
 type ObjectReferenceApplyConfiguration struct {
 	// apiVersion of the referenced object: "v1" for Secrets, "tenancy.kcp.io/v1alpha1" for
 	// Workspaces. Defaults from the mount's type.
