@@ -8,7 +8,7 @@ import (
 )
 
 func TestKeys(t *testing.T) {
-	const prefix = "/registry/mounts.kcp.io/mounts"
+	const prefix = "/mount-apiserver/mounts.kcp.io/mounts"
 	root, key := keyRootFunc(prefix), keyFunc(prefix)
 	ctx := context.Background()
 	kcp := clusters.WithCluster(ctx, "2x7kq3n1")

@@ -23,7 +23,7 @@ import (
 const (
 	DefaultRootDirectory = ".mount-apiserver"
 	DefaultSecurePort    = 6443
-	DefaultEtcdPrefix    = "/registry/mounts.kcp.io"
+	DefaultEtcdPrefix    = "/mount-apiserver"
 
 	// AdminKubeconfigFile is written below the root directory in standalone mode.
 	AdminKubeconfigFile = "admin.kubeconfig"
