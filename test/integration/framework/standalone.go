@@ -106,6 +106,8 @@ func waitReady(t testing.TB, s *Server, exit *exitStatus) {
 			if err != nil {
 				return false, nil //nolint:nilerr // not written yet
 			}
+			// Tests and benchmarks measure the server, not client-go's default 5 QPS limiter.
+			cfg.QPS, cfg.Burst = 1000, 2000
 			s.Config = cfg
 		}
 		client, err := rest.HTTPClientFor(s.Config)
