@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"k8s.io/apiserver/pkg/registry/rest"
+	"k8s.io/client-go/kubernetes"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/klog/v2"
 
@@ -28,6 +29,13 @@ type ExtraConfig struct {
 	EmbeddedEtcd *embeddedetcd.Server
 	// AdminKubeconfig is the path of the admin kubeconfig written in standalone mode.
 	AdminKubeconfig string
+
+	// HostClient talks to the host cluster in delegated mode; nil in standalone mode.
+	HostClient kubernetes.Interface
+	// APIServiceName, when set, is the APIService whose caBundle the server sets to
+	// APIServiceCABundle after it started serving.
+	APIServiceName     string
+	APIServiceCABundle []byte
 }
 
 type completedConfig struct {
@@ -78,6 +86,15 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 	if err := generic.InstallAPIGroup(&group); err != nil {
 		return nil, fmt.Errorf("installing API group %s: %w", mounts.GroupName, err)
+	}
+
+	if c.Extra.APIServiceName != "" {
+		if err := generic.AddPostStartHook("publish-apiservice-ca-bundle", func(hookCtx genericapiserver.PostStartHookContext) error {
+			go publishCABundle(hookCtx, c.Extra.HostClient, c.Extra.APIServiceName, c.Extra.APIServiceCABundle)
+			return nil
+		}); err != nil {
+			return nil, fmt.Errorf("adding post-start hook: %w", err)
+		}
 	}
 
 	return &Server{GenericAPIServer: generic, extra: c.Extra}, nil

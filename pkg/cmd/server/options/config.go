@@ -18,6 +18,9 @@ import (
 	openapinamer "k8s.io/apiserver/pkg/endpoints/openapi"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	mountapiserver "github.com/kcp-dev/mount-apiserver/pkg/apiserver"
@@ -82,6 +85,20 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 		return nil, fmt.Errorf("applying feature options: %w", err)
 	}
 
+	namer := openapinamer.NewDefinitionNamer(mountapiserver.Scheme)
+	generic.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(generatedopenapi.GetOpenAPIDefinitions, namer)
+	generic.OpenAPIConfig.Info.Title = "mount-apiserver"
+	generic.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(generatedopenapi.GetOpenAPIDefinitions, namer)
+	generic.OpenAPIV3Config.Info.Title = "mount-apiserver"
+
+	if o.Delegated {
+		if err := o.applyDelegated(cfg, ca); err != nil {
+			return nil, err
+		}
+		logger.Info("Running as an aggregated API server", "kubeconfig", o.Kubeconfig, "inCluster", o.InCluster)
+		return cfg, nil
+	}
+
 	if err := applyStandaloneAuth(generic, ca); err != nil {
 		return nil, err
 	}
@@ -90,14 +107,49 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 		return nil, err
 	}
 	logger.Info("Wrote admin kubeconfig", "path", cfg.Extra.AdminKubeconfig)
-
-	namer := openapinamer.NewDefinitionNamer(mountapiserver.Scheme)
-	generic.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(generatedopenapi.GetOpenAPIDefinitions, namer)
-	generic.OpenAPIConfig.Info.Title = "mount-apiserver"
-	generic.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(generatedopenapi.GetOpenAPIDefinitions, namer)
-	generic.OpenAPIV3Config.Info.Title = "mount-apiserver"
-
 	return cfg, nil
+}
+
+// applyDelegated makes the server an aggregated server of its host: TokenReview and
+// requestheader authentication (CAs from kube-system/extension-apiserver-authentication,
+// reloaded when they rotate), SubjectAccessReview authorization.
+func (o CompletedOptions) applyDelegated(cfg *mountapiserver.Config, ca *pki.PKI) error {
+	generic := &cfg.Generic.Config
+	if err := o.Authentication.ApplyTo(&generic.Authentication, generic.SecureServing, generic.OpenAPIConfig); err != nil {
+		return fmt.Errorf("applying delegated authentication options: %w", err)
+	}
+	if err := o.Authorization.ApplyTo(&generic.Authorization); err != nil {
+		return fmt.Errorf("applying delegated authorization options: %w", err)
+	}
+	hostConfig, err := o.hostConfig()
+	if err != nil {
+		return err
+	}
+	if cfg.Extra.HostClient, err = kubernetes.NewForConfig(hostConfig); err != nil {
+		return fmt.Errorf("creating host cluster client: %w", err)
+	}
+	if o.APIServiceName != "" {
+		cfg.Extra.APIServiceName = o.APIServiceName
+		cfg.Extra.APIServiceCABundle = ca.CACertPEM
+	}
+	return nil
+}
+
+// hostConfig is the client configuration of the host cluster: --kubeconfig, or the pod's
+// service account in a cluster.
+func (o CompletedOptions) hostConfig() (*rest.Config, error) {
+	if o.Kubeconfig != "" {
+		c, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("loading --kubeconfig %s: %w", o.Kubeconfig, err)
+		}
+		return c, nil
+	}
+	c, err := rest.InClusterConfig()
+	if err != nil {
+		return nil, fmt.Errorf("loading in-cluster config: %w", err)
+	}
+	return c, nil
 }
 
 // applyStandaloneAuth authenticates clients by certificates of the standalone CA and

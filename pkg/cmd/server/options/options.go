@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -37,6 +38,13 @@ type Options struct {
 	RootDirectory string
 	// EmbeddedEtcdQuotaBackendBytes limits the embedded etcd's size; 0 takes etcd's default.
 	EmbeddedEtcdQuotaBackendBytes int64
+	// Kubeconfig names the host cluster. Set, or running in a pod, the server is an aggregated
+	// server of that host: it delegates authentication and authorization to it.
+	Kubeconfig string
+	// APIServiceName is the APIService whose caBundle the server keeps set to its own CA.
+	APIServiceName string
+	// ServingCertHosts are extra names and IPs for the generated serving certificate.
+	ServingCertHosts []string
 
 	ServerRun     *genericoptions.ServerRunOptions
 	SecureServing *genericoptions.SecureServingOptionsWithLoopback
@@ -44,7 +52,16 @@ type Options struct {
 	Audit         *genericoptions.AuditOptions
 	Features      *genericoptions.FeatureOptions
 	Logs          *logs.Options
+
+	// Used in delegated mode only.
+	Authentication *genericoptions.DelegatingAuthenticationOptions
+	Authorization  *genericoptions.DelegatingAuthorizationOptions
 }
+
+// DefaultServingCertHosts are the names under which the Kubernetes aggregator reaches the
+// server as deployed by artifacts/apiservice: it verifies the certificate against
+// <service>.<namespace>.svc.
+var DefaultServingCertHosts = []string{"mount-apiserver.mount-apiserver.svc", "mount-apiserver.mount-apiserver.svc.cluster.local"}
 
 // NewOptions returns the options of the standalone default: embedded etcd in
 // .mount-apiserver, serving on 127.0.0.1:6443.
@@ -55,10 +72,14 @@ func NewOptions() *Options {
 		SecureServing: genericoptions.NewSecureServingOptions().WithLoopback(),
 		Etcd: genericoptions.NewEtcdOptions(storagebackend.NewDefaultConfig(DefaultEtcdPrefix,
 			apiserver.Codecs.LegacyCodec(v1alpha1.SchemeGroupVersion))),
-		Audit:    genericoptions.NewAuditOptions(),
-		Features: genericoptions.NewFeatureOptions(),
-		Logs:     logs.NewOptions(),
+		Audit:            genericoptions.NewAuditOptions(),
+		Features:         genericoptions.NewFeatureOptions(),
+		Logs:             logs.NewOptions(),
+		Authentication:   genericoptions.NewDelegatingAuthenticationOptions(),
+		Authorization:    genericoptions.NewDelegatingAuthorizationOptions(),
+		ServingCertHosts: append([]string(nil), DefaultServingCertHosts...),
 	}
+	o.Authorization.AlwaysAllowPaths = append(o.Authorization.AlwaysAllowPaths, "/version")
 	o.SecureServing.BindAddress = netutils.ParseIPSloppy("127.0.0.1")
 	o.SecureServing.BindPort = DefaultSecurePort
 	o.SecureServing.ServerCert.PairName = "serving"
@@ -75,6 +96,12 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs := fss.FlagSet("mount-apiserver")
 	fs.StringVar(&o.RootDirectory, "root-directory", o.RootDirectory,
 		"Directory for the embedded etcd's data, the generated certificates and admin.kubeconfig. Relative paths are resolved against the working directory.")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig,
+		"Kubeconfig of the host cluster. With it (or when running in a pod), mount-apiserver runs as an aggregated API server of that cluster: authentication and authorization are delegated to it. Without it, standalone mode.")
+	fs.StringVar(&o.APIServiceName, "apiservice-name", o.APIServiceName,
+		"Name of the APIService (e.g. v1alpha1.mounts.kcp.io) whose spec.caBundle the server sets to the CA of its generated serving certificate at start-up. Delegated mode only; empty leaves the APIService alone.")
+	fs.StringSliceVar(&o.ServingCertHosts, "serving-cert-hosts", o.ServingCertHosts,
+		"DNS names and IPs, besides localhost and loopback, that the generated serving certificate covers. The aggregator verifies <service>.<namespace>.svc.")
 	fs.Int64Var(&o.EmbeddedEtcdQuotaBackendBytes, "embedded-etcd-quota-backend-bytes", o.EmbeddedEtcdQuotaBackendBytes,
 		"Size limit of the embedded etcd's database in bytes; 0 takes etcd's default (2 GiB). Ignored with --etcd-servers.")
 	o.ServerRun.AddUniversalFlags(fss.FlagSet("generic"))
@@ -82,6 +109,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	o.Etcd.AddFlags(fss.FlagSet("etcd"))
 	o.Audit.AddFlags(fss.FlagSet("auditing"))
 	o.Features.AddFlags(fss.FlagSet("features"))
+	o.Authentication.AddFlags(fss.FlagSet("delegated authentication"))
+	o.Authorization.AddFlags(fss.FlagSet("delegated authorization"))
 	logsapi.AddFlags(o.Logs, fss.FlagSet("logs"))
 	return fss
 }
@@ -92,6 +121,10 @@ type completedOptions struct {
 	EmbeddedEtcd bool
 	// GenerateCerts is true when no --tls-cert-file was given: the server makes its own PKI.
 	GenerateCerts bool
+	// Delegated is true when the server is an aggregated server of a host cluster.
+	Delegated bool
+	// InCluster is true when the host is the cluster this pod runs in.
+	InCluster bool
 }
 
 // CompletedOptions are options with defaults derived; only they can be validated and turned
@@ -114,10 +147,23 @@ func (o *Options) Complete() (CompletedOptions, error) {
 	if o.SecureServing.ServerCert.CertDirectory == "" || o.SecureServing.ServerCert.CertDirectory == genericoptions.NewSecureServingOptions().ServerCert.CertDirectory {
 		o.SecureServing.ServerCert.CertDirectory = filepath.Join(root, pkiDir)
 	}
+	inCluster := o.Kubeconfig == "" && os.Getenv("KUBERNETES_SERVICE_HOST") != "" && os.Getenv("KUBERNETES_SERVICE_PORT") != ""
+	delegated := o.Kubeconfig != "" || inCluster
+	if delegated {
+		// Authentication and authorization talk to the host unless told otherwise.
+		if o.Authentication.RemoteKubeConfigFile == "" {
+			o.Authentication.RemoteKubeConfigFile = o.Kubeconfig
+		}
+		if o.Authorization.RemoteKubeConfigFile == "" {
+			o.Authorization.RemoteKubeConfigFile = o.Kubeconfig
+		}
+	}
 	return CompletedOptions{&completedOptions{
 		Options:       o,
 		EmbeddedEtcd:  len(o.Etcd.StorageConfig.Transport.ServerList) == 0,
 		GenerateCerts: o.SecureServing.ServerCert.CertKey.CertFile == "",
+		Delegated:     delegated,
+		InCluster:     inCluster,
 	}}, nil
 }
 
@@ -138,6 +184,15 @@ func (o CompletedOptions) Validate() error {
 	errs = append(errs, o.etcdValidate()...)
 	errs = append(errs, o.Audit.Validate()...)
 	errs = append(errs, o.Features.Validate()...)
+	if o.Delegated {
+		errs = append(errs, o.Authentication.Validate()...)
+		errs = append(errs, o.Authorization.Validate()...)
+	} else if o.APIServiceName != "" {
+		errs = append(errs, errors.New("--apiservice-name needs a host cluster: set --kubeconfig"))
+	}
+	if o.APIServiceName != "" && !o.GenerateCerts {
+		errs = append(errs, errors.New("--apiservice-name publishes the CA of the generated serving certificate; it cannot be used with --tls-cert-file"))
+	}
 	// Logging is process-wide; the command applies it once, Validate only checks it.
 	errs = append(errs, logsapi.Validate(o.Logs, nil, nil).ToAggregate())
 	return utilerrors.NewAggregate(errs)
@@ -160,6 +215,13 @@ func (o CompletedOptions) servingHosts() ([]string, []net.IP) {
 	ips := []net.IP{netutils.ParseIPSloppy("127.0.0.1"), net.IPv6loopback}
 	if bind := o.SecureServing.BindAddress; bind != nil && !bind.IsUnspecified() && !bind.IsLoopback() {
 		ips = append(ips, bind)
+	}
+	for _, h := range o.ServingCertHosts {
+		if ip := netutils.ParseIPSloppy(h); ip != nil {
+			ips = append(ips, ip)
+		} else if h != "" {
+			hosts = append(hosts, h)
+		}
 	}
 	return hosts, ips
 }
