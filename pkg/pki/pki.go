@@ -49,8 +49,72 @@ type PKI struct {
 	Dir       string
 	CACertPEM []byte
 
-	caCert *x509.Certificate
-	caKey  crypto.Signer
+	ca *CA
+}
+
+// CA signs certificates.
+type CA struct {
+	Cert    *x509.Certificate
+	Key     crypto.Signer
+	CertPEM []byte
+}
+
+// NewCA creates a self-signed CA valid for ten years.
+func NewCA(commonName string) (*CA, error) {
+	key, err := newKey()
+	if err != nil {
+		return nil, err
+	}
+	cert, err := certutil.NewSelfSignedCACert(certutil.Config{CommonName: commonName}, key)
+	if err != nil {
+		return nil, fmt.Errorf("creating CA certificate: %w", err)
+	}
+	return &CA{Cert: cert, Key: key, CertPEM: encodeCert(cert)}, nil
+}
+
+// Issue signs a new key for template, which names the subject, SANs and extended key usages;
+// serial number and validity (one year) are filled in. It returns the certificate and the key.
+func (ca *CA) Issue(template *x509.Certificate) (*x509.Certificate, crypto.Signer, error) {
+	key, err := newKey()
+	if err != nil {
+		return nil, nil, err
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		return nil, nil, fmt.Errorf("creating serial number: %w", err)
+	}
+	now := time.Now()
+	template.SerialNumber = serial
+	template.NotBefore = now.Add(-5 * time.Minute).UTC()
+	template.NotAfter = now.Add(leafValidity).UTC()
+	template.KeyUsage = x509.KeyUsageDigitalSignature
+	der, err := x509.CreateCertificate(rand.Reader, template, ca.Cert, key.Public(), ca.Key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("signing certificate: %w", err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, nil, fmt.Errorf("parsing signed certificate: %w", err)
+	}
+	return cert, key, nil
+}
+
+// IssuePEM is Issue with PEM-encoded results, as kubeconfigs and files want them.
+func (ca *CA) IssuePEM(template *x509.Certificate) (certPEM, keyPEM []byte, err error) {
+	cert, key, err := ca.Issue(template)
+	if err != nil {
+		return nil, nil, err
+	}
+	keyPEM, err = keyutil.MarshalPrivateKeyToPEM(key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("encoding key: %w", err)
+	}
+	return encodeCert(cert), keyPEM, nil
+}
+
+// WriteFiles writes a certificate and its key, the key readable by the owner only.
+func WriteFiles(certPath, keyPath string, cert *x509.Certificate, key crypto.Signer) error {
+	return write(certPath, keyPath, cert, key)
 }
 
 // Ensure loads the CA from dir or creates it, then makes sure a serving certificate valid for
@@ -93,22 +157,19 @@ func (p *PKI) ensureCA() error {
 	case err == nil || errors.Is(err, os.ErrNotExist):
 		// A new CA invalidates every certificate it signed; the leaves are renewed below
 		// because they no longer verify against it.
-		key, err = newKey()
+		ca, err := NewCA("mount-apiserver-ca")
 		if err != nil {
 			return err
 		}
-		cert, err = certutil.NewSelfSignedCACert(certutil.Config{CommonName: "mount-apiserver-ca"}, key)
-		if err != nil {
-			return fmt.Errorf("creating CA certificate: %w", err)
-		}
-		if err := write(certPath, keyPath, cert, key); err != nil {
+		if err := write(certPath, keyPath, ca.Cert, ca.Key); err != nil {
 			return err
 		}
+		cert, key = ca.Cert, ca.Key
 	default:
 		return fmt.Errorf("loading CA from %s: %w", p.Dir, err)
 	}
-	p.caCert, p.caKey = cert, key
-	p.CACertPEM = encodeCert(cert)
+	p.ca = &CA{Cert: cert, Key: key, CertPEM: encodeCert(cert)}
+	p.CACertPEM = p.ca.CertPEM
 	return nil
 }
 
@@ -117,33 +178,16 @@ func (p *PKI) ensureCA() error {
 func (p *PKI) ensureLeaf(certFile, keyFile string, fits func(*x509.Certificate) bool, template *x509.Certificate) error {
 	certPath, keyPath := p.Path(certFile), p.Path(keyFile)
 	cert, _, err := load(certPath, keyPath)
-	if err == nil && cert.CheckSignatureFrom(p.caCert) == nil &&
+	if err == nil && cert.CheckSignatureFrom(p.ca.Cert) == nil &&
 		time.Now().Add(renewBefore).Before(cert.NotAfter) && (fits == nil || fits(cert)) {
 		return nil
 	}
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("loading %s: %w", certPath, err)
 	}
-	key, err := newKey()
+	cert, key, err := p.ca.Issue(template)
 	if err != nil {
 		return err
-	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	if err != nil {
-		return fmt.Errorf("creating serial number: %w", err)
-	}
-	now := time.Now()
-	template.SerialNumber = serial
-	template.NotBefore = now.Add(-5 * time.Minute).UTC()
-	template.NotAfter = now.Add(leafValidity).UTC()
-	template.KeyUsage = x509.KeyUsageDigitalSignature
-	der, err := x509.CreateCertificate(rand.Reader, template, p.caCert, key.Public(), p.caKey)
-	if err != nil {
-		return fmt.Errorf("signing certificate: %w", err)
-	}
-	cert, err = x509.ParseCertificate(der)
-	if err != nil {
-		return fmt.Errorf("parsing signed certificate: %w", err)
 	}
 	return write(certPath, keyPath, cert, key)
 }

@@ -2,6 +2,8 @@ package framework
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"net/http"
@@ -16,29 +18,36 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/cmd/server"
 	"github.com/kcp-dev/mount-apiserver/pkg/cmd/server/options"
 	clientset "github.com/kcp-dev/mount-apiserver/pkg/generated/clientset/versioned"
+	"github.com/kcp-dev/mount-apiserver/pkg/pki"
 )
 
-// Server is a running standalone mount-apiserver.
+// Server is a running mount-apiserver.
 type Server struct {
-	RootDir    string
+	RootDir string
+	// URL is https://127.0.0.1:<port>.
+	URL string
+	// CAData is the CA of the server's generated serving certificate.
+	CAData []byte
+	// Kubeconfig, Config and Client are the admin's, in standalone mode only.
 	Kubeconfig string
 	Config     *rest.Config
 	Client     clientset.Interface
 
-	stop func()
+	stop func() error
 }
 
-// Stop stops the server and waits until it has shut down; t.Cleanup does this too.
-func (s *Server) Stop() { s.stop() }
+// Stop stops the server and waits until it has shut down.
+func (s *Server) Stop() error { return s.stop() }
 
 // StartInProcess runs the mount-apiserver command's options in this process on a free
-// loopback port. rootDir may be "" for a fresh temporary directory. modify may change the
-// options after defaulting, e.g. to set --etcd-servers.
+// loopback port and stops it with t.Cleanup. rootDir may be "" for a fresh temporary
+// directory. modify may change the options after defaulting, e.g. to set --etcd-servers.
 func StartInProcess(t testing.TB, rootDir string, modify func(*options.Options)) *Server {
 	t.Helper()
 	if rootDir == "" {
@@ -48,7 +57,21 @@ func StartInProcess(t testing.TB, rootDir string, modify func(*options.Options))
 	if err != nil {
 		t.Fatalf("listening on loopback: %v", err)
 	}
+	_, ctx := ktesting.NewTestContext(t)
+	s, err := StartServer(ctx, rootDir, listener, modify)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Stop(); err != nil {
+			t.Errorf("stopping mount-apiserver: %v", err)
+		}
+	})
+	return s
+}
 
+// StartServer runs mount-apiserver in this process on listener until Stop.
+func StartServer(ctx context.Context, rootDir string, listener net.Listener, modify func(*options.Options)) (*Server, error) {
 	o := options.NewOptions()
 	o.RootDirectory = rootDir
 	o.SecureServing.Listener = listener
@@ -57,33 +80,33 @@ func StartInProcess(t testing.TB, rootDir string, modify func(*options.Options))
 		modify(o)
 	}
 
-	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	exit := &exitStatus{done: make(chan struct{})}
 	go func() {
 		exit.err = server.Run(ctx, o)
 		close(exit.done)
 	}()
-
 	var once sync.Once
-	stop := func() {
+	var stopErr error
+	stop := func() error {
 		once.Do(func() {
 			cancel()
 			select {
 			case <-exit.done:
-				if exit.err != nil {
-					t.Errorf("server stopped with error: %v", exit.err)
-				}
+				stopErr = exit.err
 			case <-time.After(time.Minute):
-				t.Errorf("server did not stop within a minute")
+				stopErr = fmt.Errorf("mount-apiserver did not stop within a minute")
 			}
 		})
+		return stopErr
 	}
-	t.Cleanup(stop)
 
-	s := &Server{RootDir: rootDir, Kubeconfig: filepath.Join(rootDir, options.AdminKubeconfigFile), stop: stop}
-	waitReady(t, s, exit)
-	return s
+	s := &Server{RootDir: rootDir, URL: "https://" + listener.Addr().String(), stop: stop}
+	if err := waitReady(ctx, s, exit); err != nil {
+		_ = stop()
+		return nil, err
+	}
+	return s, nil
 }
 
 // exitStatus is how a server ended; err is valid once done is closed.
@@ -92,41 +115,48 @@ type exitStatus struct {
 	err  error
 }
 
-// waitReady waits until the admin kubeconfig exists and /readyz answers 200 through it.
-func waitReady(t testing.TB, s *Server, exit *exitStatus) {
-	t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+// waitReady waits until the server answers /readyz with 200 over TLS verified against its
+// generated CA, then loads the admin kubeconfig if the server wrote one.
+func waitReady(ctx context.Context, s *Server, exit *exitStatus) error {
+	kubeconfig := filepath.Join(s.RootDir, options.AdminKubeconfigFile)
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		select {
 		case <-exit.done:
-			return false, fmt.Errorf("server exited before it was ready: %v", exit.err)
+			return false, fmt.Errorf("mount-apiserver exited before it was ready: %v", exit.err)
 		default:
 		}
-		if s.Config == nil {
-			cfg, err := clientcmd.BuildConfigFromFlags("", s.Kubeconfig)
-			if err != nil {
-				return false, nil //nolint:nilerr // not written yet
-			}
-			// Tests and benchmarks measure the server, not client-go's default 5 QPS limiter.
-			cfg.QPS, cfg.Burst = 1000, 2000
-			s.Config = cfg
-		}
-		client, err := rest.HTTPClientFor(s.Config)
+		ca, err := os.ReadFile(filepath.Join(s.RootDir, "pki", pki.CACertFile))
 		if err != nil {
-			return false, err
+			return false, nil //nolint:nilerr // not written yet
 		}
-		resp, err := client.Get(s.Config.Host + "/readyz")
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(ca)
+		client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+		resp, err := client.Get(s.URL + "/readyz")
 		if err != nil {
 			return false, nil //nolint:nilerr // not listening yet
 		}
 		resp.Body.Close()
+		s.CAData = ca
 		return resp.StatusCode == http.StatusOK, nil
 	})
 	if err != nil {
-		t.Fatalf("waiting for mount-apiserver to become ready: %v", err)
+		return fmt.Errorf("waiting for mount-apiserver at %s: %w", s.URL, err)
 	}
-	if s.Client, err = clientset.NewForConfig(s.Config); err != nil {
-		t.Fatalf("creating clientset: %v", err)
+	if _, err := os.Stat(kubeconfig); err != nil {
+		return nil // delegated mode: no admin kubeconfig
 	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return fmt.Errorf("loading admin kubeconfig: %w", err)
+	}
+	// Tests and benchmarks measure the server, not client-go's default 5 QPS limiter.
+	cfg.QPS, cfg.Burst = 1000, 2000
+	s.Kubeconfig, s.Config = kubeconfig, cfg
+	if s.Client, err = clientset.NewForConfig(cfg); err != nil {
+		return fmt.Errorf("creating clientset: %w", err)
+	}
+	return nil
 }
 
 // Binary is a mount-apiserver binary built for the tests.
@@ -171,7 +201,10 @@ type Process struct {
 // Start runs the binary with a root directory on a free loopback port and waits until ready.
 func (b Binary) Start(t testing.TB, rootDir string, args ...string) *Process {
 	t.Helper()
-	port := FreePort(t)
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
 	args = append([]string{"--root-directory", rootDir, "--secure-port", strconv.Itoa(port)}, args...)
 	cmd := exec.Command(string(b), args...)
 	logFile, err := os.Create(filepath.Join(t.TempDir(), "mount-apiserver.log"))
@@ -183,7 +216,6 @@ func (b Binary) Start(t testing.TB, rootDir string, args ...string) *Process {
 		t.Fatalf("starting %s: %v", b, err)
 	}
 	exit := &exitStatus{done: make(chan struct{})}
-	p := &Process{Cmd: cmd, exit: exit}
 	go func() {
 		exit.err = cmd.Wait()
 		logFile.Close()
@@ -198,11 +230,14 @@ func (b Binary) Start(t testing.TB, rootDir string, args ...string) *Process {
 			}
 		}
 	})
-	p.Server = &Server{RootDir: rootDir, Kubeconfig: filepath.Join(rootDir, options.AdminKubeconfigFile)}
-	// A kubeconfig left by an earlier run names an old port; remove it so readiness waits for
+	p := &Process{Cmd: cmd, exit: exit, Server: &Server{RootDir: rootDir, URL: "https://127.0.0.1:" + strconv.Itoa(port)}}
+	p.stop = func() error { _ = cmd.Process.Signal(os.Interrupt); <-exit.done; return exit.err }
+	// A kubeconfig left by an earlier run names an old port; remove it so readiness loads
 	// this run's.
-	_ = os.Remove(p.Kubeconfig)
-	waitReady(t, p.Server, exit)
+	_ = os.Remove(filepath.Join(rootDir, options.AdminKubeconfigFile))
+	if err := waitReady(klog.NewContext(context.Background(), klog.Background()), p.Server, exit); err != nil {
+		t.Fatal(err)
+	}
 	return p
 }
 
@@ -211,14 +246,3 @@ func (p *Process) Exited() <-chan struct{} { return p.exit.done }
 
 // ExitErr is the process's exit status; valid once Exited is closed.
 func (p *Process) ExitErr() error { return p.exit.err }
-
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func FreePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("finding a free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
