@@ -13,6 +13,7 @@ import (
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
 	"github.com/kcp-dev/mount-apiserver/pkg/embeddedetcd"
+	"github.com/kcp-dev/mount-apiserver/pkg/proxy"
 	mountsregistry "github.com/kcp-dev/mount-apiserver/pkg/registry/mounts"
 )
 
@@ -36,6 +37,9 @@ type ExtraConfig struct {
 	// APIServiceCABundle after it started serving.
 	APIServiceName     string
 	APIServiceCABundle []byte
+
+	// Proxier serves mounts/proxy; its Authorizer is filled in from the generic config.
+	Proxier *proxy.Proxier
 }
 
 type completedConfig struct {
@@ -75,7 +79,11 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, fmt.Errorf("creating generic apiserver: %w", err)
 	}
 
-	storage, err := mountsregistry.NewStorage(Scheme, c.Generic.RESTOptionsGetter)
+	proxier := c.Extra.Proxier
+	proxier.Authorizer = c.Generic.Authorization.Authorizer
+	storage, err := mountsregistry.NewStorage(Scheme, c.Generic.RESTOptionsGetter, proxier.Handler, func(m *mounts.Mount) {
+		proxier.Transports.Forget(m.UID)
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -83,9 +91,17 @@ func (c CompletedConfig) New() (*Server, error) {
 	group.VersionedResourcesStorageMap[v1alpha1.SchemeGroupVersion.Version] = map[string]rest.Storage{
 		"mounts":        storage.Mount,
 		"mounts/status": storage.Status,
+		"mounts/proxy":  storage.Proxy,
 	}
 	if err := generic.InstallAPIGroup(&group); err != nil {
 		return nil, fmt.Errorf("installing API group %s: %w", mounts.GroupName, err)
+	}
+
+	if err := generic.AddPostStartHook("mount-proxy-transport-expiry", func(hookCtx genericapiserver.PostStartHookContext) error {
+		go proxier.Transports.Run(hookCtx)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("adding post-start hook: %w", err)
 	}
 
 	if c.Extra.APIServiceName != "" {

@@ -39,10 +39,12 @@ var (
 type Storage struct {
 	Mount  *REST
 	Status *StatusREST
+	Proxy  *ProxyREST
 }
 
-// NewStorage returns the storage of mounts over the RESTOptionsGetter's etcd.
-func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter) (*Storage, error) {
+// NewStorage returns the storage of mounts over the RESTOptionsGetter's etcd. proxy serves
+// mounts/proxy; afterDelete, if set, learns of every deleted Mount.
+func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, proxy ProxyHandlerFunc, afterDelete func(*mounts.Mount)) (*Storage, error) {
 	resource := mounts.Resource("mounts")
 	opts, err := optsGetter.GetRESTOptions(resource, &mounts.Mount{})
 	if err != nil {
@@ -67,6 +69,11 @@ func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter) (*
 
 		TableConvertor: tableConvertor{},
 	}
+	if afterDelete != nil {
+		store.AfterDelete = func(obj runtime.Object, _ *metav1.DeleteOptions) {
+			afterDelete(obj.(*mounts.Mount))
+		}
+	}
 	if err := store.CompleteWithOptions(&generic.StoreOptions{RESTOptions: optsGetter, AttrFunc: GetAttrs}); err != nil {
 		return nil, fmt.Errorf("completing storage of %s: %w", resource, err)
 	}
@@ -76,7 +83,7 @@ func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter) (*
 	statusStore.UpdateStrategy = statusStrategy
 	statusStore.ResetFieldsStrategy = statusStrategy
 
-	return &Storage{Mount: &REST{store}, Status: &StatusREST{store: &statusStore}}, nil
+	return &Storage{Mount: &REST{store}, Status: &StatusREST{store: &statusStore}, Proxy: &ProxyREST{store: store, handler: proxy}}, nil
 }
 
 // ShortNames lets users type `kubectl get mnt`.

@@ -27,6 +27,7 @@ import (
 	"github.com/kcp-dev/mount-apiserver/pkg/embeddedetcd"
 	generatedopenapi "github.com/kcp-dev/mount-apiserver/pkg/generated/openapi"
 	"github.com/kcp-dev/mount-apiserver/pkg/pki"
+	"github.com/kcp-dev/mount-apiserver/pkg/proxy"
 )
 
 // publicPaths may be read without credentials: health and version, as in Kubernetes.
@@ -85,6 +86,17 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 		return nil, fmt.Errorf("applying feature options: %w", err)
 	}
 
+	generic.LongRunningFunc = mountapiserver.LongRunning()
+	generic.RequestInfoResolver = mountapiserver.NewRequestInfoResolver(genericapiserver.NewRequestInfoResolver(generic))
+	cfg.Extra.Proxier = &proxy.Proxier{
+		Secrets: proxy.NoSecrets{},
+		Transports: proxy.NewTransports(proxy.TransportOptions{
+			ConnectTimeout:       o.ProxyConnectTimeout,
+			MaxIdleConnsPerMount: o.ProxyMaxIdleConnsPerMount,
+		}, proxy.DefaultMetrics()),
+		Metrics: proxy.DefaultMetrics(),
+	}
+
 	namer := openapinamer.NewDefinitionNamer(mountapiserver.Scheme)
 	generic.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(generatedopenapi.GetOpenAPIDefinitions, namer)
 	generic.OpenAPIConfig.Info.Title = "mount-apiserver"
@@ -95,8 +107,21 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 		if err := o.applyDelegated(cfg, ca); err != nil {
 			return nil, err
 		}
+		cfg.Extra.Proxier.Secrets = proxy.NewWatchedSecrets(ctx, cfg.Extra.HostClient, nil)
 		logger.Info("Running as an aggregated API server", "kubeconfig", o.Kubeconfig, "inCluster", o.InCluster)
 		return cfg, nil
+	}
+
+	if o.SecretsKubeconfig != "" {
+		secretsConfig, err := clientcmd.BuildConfigFromFlags("", o.SecretsKubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("loading --secrets-kubeconfig %s: %w", o.SecretsKubeconfig, err)
+		}
+		secretsClient, err := kubernetes.NewForConfig(secretsConfig)
+		if err != nil {
+			return nil, fmt.Errorf("creating client of --secrets-kubeconfig: %w", err)
+		}
+		cfg.Extra.Proxier.Secrets = proxy.NewWatchedSecrets(ctx, secretsClient, nil)
 	}
 
 	if err := applyStandaloneAuth(generic, ca); err != nil {

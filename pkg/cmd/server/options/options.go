@@ -45,6 +45,13 @@ type Options struct {
 	APIServiceName string
 	// ServingCertHosts are extra names and IPs for the generated serving certificate.
 	ServingCertHosts []string
+	// SecretsKubeconfig names the cluster that holds the Secrets Mounts reference, in
+	// standalone mode; in delegated mode the host holds them.
+	SecretsKubeconfig string
+	// ProxyConnectTimeout bounds dial plus TLS handshake to targets of mounts that set none.
+	ProxyConnectTimeout time.Duration
+	// ProxyMaxIdleConnsPerMount bounds idle connections kept to one target.
+	ProxyMaxIdleConnsPerMount int
 
 	ServerRun     *genericoptions.ServerRunOptions
 	SecureServing *genericoptions.SecureServingOptionsWithLoopback
@@ -78,6 +85,9 @@ func NewOptions() *Options {
 		Authentication:   genericoptions.NewDelegatingAuthenticationOptions(),
 		Authorization:    genericoptions.NewDelegatingAuthorizationOptions(),
 		ServingCertHosts: append([]string(nil), DefaultServingCertHosts...),
+
+		ProxyConnectTimeout:       10 * time.Second,
+		ProxyMaxIdleConnsPerMount: 16,
 	}
 	o.Authorization.AlwaysAllowPaths = append(o.Authorization.AlwaysAllowPaths, "/version")
 	o.SecureServing.BindAddress = netutils.ParseIPSloppy("127.0.0.1")
@@ -102,6 +112,12 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 		"Name of the APIService (e.g. v1alpha1.mounts.kcp.io) whose spec.caBundle the server sets to the CA of its generated serving certificate at start-up. Delegated mode only; empty leaves the APIService alone.")
 	fs.StringSliceVar(&o.ServingCertHosts, "serving-cert-hosts", o.ServingCertHosts,
 		"DNS names and IPs, besides localhost and loopback, that the generated serving certificate covers. The aggregator verifies <service>.<namespace>.svc.")
+	fs.StringVar(&o.SecretsKubeconfig, "secrets-kubeconfig", o.SecretsKubeconfig,
+		"Standalone mode: kubeconfig of the cluster that holds the Secrets (key \"kubeconfig\") that URL mounts reference. Without it, standalone URL mounts cannot be proxied. In delegated mode the host cluster holds them.")
+	fs.DurationVar(&o.ProxyConnectTimeout, "proxy-connect-timeout", o.ProxyConnectTimeout,
+		"Bound of dial plus TLS handshake to a mount's target, for mounts without spec.timeouts.connectSeconds.")
+	fs.IntVar(&o.ProxyMaxIdleConnsPerMount, "proxy-max-idle-conns-per-mount", o.ProxyMaxIdleConnsPerMount,
+		"Idle connections kept open to one mount's target.")
 	fs.Int64Var(&o.EmbeddedEtcdQuotaBackendBytes, "embedded-etcd-quota-backend-bytes", o.EmbeddedEtcdQuotaBackendBytes,
 		"Size limit of the embedded etcd's database in bytes; 0 takes etcd's default (2 GiB). Ignored with --etcd-servers.")
 	o.ServerRun.AddUniversalFlags(fss.FlagSet("generic"))
@@ -189,6 +205,15 @@ func (o CompletedOptions) Validate() error {
 		errs = append(errs, o.Authorization.Validate()...)
 	} else if o.APIServiceName != "" {
 		errs = append(errs, errors.New("--apiservice-name needs a host cluster: set --kubeconfig"))
+	}
+	if o.Delegated && o.SecretsKubeconfig != "" {
+		errs = append(errs, errors.New("--secrets-kubeconfig is for standalone mode; in delegated mode the host cluster holds the Secrets"))
+	}
+	if o.ProxyConnectTimeout <= 0 {
+		errs = append(errs, errors.New("--proxy-connect-timeout must be positive"))
+	}
+	if o.ProxyMaxIdleConnsPerMount < 1 {
+		errs = append(errs, errors.New("--proxy-max-idle-conns-per-mount must be at least 1"))
 	}
 	if o.APIServiceName != "" && !o.GenerateCerts {
 		errs = append(errs, errors.New("--apiservice-name publishes the CA of the generated serving certificate; it cannot be used with --tls-cert-file"))

@@ -1,0 +1,120 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+// SecretSource returns the Secrets that Mounts reference.
+type SecretSource interface {
+	GetSecret(ctx context.Context, namespace, name string) (*corev1.Secret, error)
+}
+
+// NoSecrets is the SecretSource of a standalone server without --secrets-kubeconfig.
+type NoSecrets struct{}
+
+// GetSecret always fails, saying how to give the server a cluster to read Secrets from.
+func (NoSecrets) GetSecret(_ context.Context, namespace, name string) (*corev1.Secret, error) {
+	return nil, fmt.Errorf("this server has no cluster to read Secret %s/%s from: run it aggregated (--kubeconfig) or standalone with --secrets-kubeconfig", namespace, name)
+}
+
+// WatchedSecrets reads Secrets from a cluster through one single-object informer per
+// referenced Secret: a rotated Secret is seen at once, reads cost no round trip, and no other
+// Secret of the cluster is ever cached in this process.
+type WatchedSecrets struct {
+	client   kubernetes.Interface
+	ctx      context.Context
+	syncWait time.Duration
+	onChange func(namespace, name string)
+
+	mu       sync.Mutex
+	watchers map[types.NamespacedName]*secretWatcher
+}
+
+type secretWatcher struct {
+	informer cache.SharedIndexInformer
+	cancel   context.CancelFunc
+}
+
+// NewWatchedSecrets returns a source whose informers run until ctx ends. onChange, if not nil,
+// is called when a watched Secret changes.
+func NewWatchedSecrets(ctx context.Context, client kubernetes.Interface, onChange func(namespace, name string)) *WatchedSecrets {
+	return &WatchedSecrets{client: client, ctx: ctx, syncWait: 5 * time.Second, onChange: onChange, watchers: map[types.NamespacedName]*secretWatcher{}}
+}
+
+// GetSecret returns the Secret, starting to watch it on first use.
+func (s *WatchedSecrets) GetSecret(ctx context.Context, namespace, name string) (*corev1.Secret, error) {
+	w := s.watcher(namespace, name)
+	if !w.informer.HasSynced() {
+		syncCtx, cancel := context.WithTimeout(ctx, s.syncWait)
+		defer cancel()
+		if !cache.WaitForCacheSync(syncCtx.Done(), w.informer.HasSynced) {
+			return nil, fmt.Errorf("cannot read Secret %s/%s from the cluster that holds it (is the server allowed to get, list and watch it?)", namespace, name)
+		}
+	}
+	obj, exists, err := w.informer.GetStore().GetByKey(namespace + "/" + name)
+	if err != nil {
+		return nil, fmt.Errorf("reading Secret %s/%s: %w", namespace, name, err)
+	}
+	if !exists {
+		return nil, apierrors.NewNotFound(corev1.Resource("secrets"), namespace+"/"+name)
+	}
+	return obj.(*corev1.Secret), nil
+}
+
+// Forget stops watching a Secret that no Mount references any more.
+func (s *WatchedSecrets) Forget(namespace, name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := types.NamespacedName{Namespace: namespace, Name: name}
+	if w, ok := s.watchers[key]; ok {
+		w.cancel()
+		delete(s.watchers, key)
+	}
+}
+
+func (s *WatchedSecrets) watcher(namespace, name string) *secretWatcher {
+	key := types.NamespacedName{Namespace: namespace, Name: name}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w, ok := s.watchers[key]; ok {
+		return w
+	}
+	selector := fields.OneTermEqualSelector("metadata.name", name).String()
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			opts.FieldSelector = selector
+			return s.client.CoreV1().Secrets(namespace).List(ctx, opts)
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			opts.FieldSelector = selector
+			return s.client.CoreV1().Secrets(namespace).Watch(ctx, opts)
+		},
+	}
+	informer := cache.NewSharedIndexInformer(lw, &corev1.Secret{}, 0, cache.Indexers{})
+	if s.onChange != nil {
+		notify := func(any) { s.onChange(namespace, name) }
+		_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    notify,
+			UpdateFunc: func(_, obj any) { notify(obj) },
+			DeleteFunc: notify,
+		})
+	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	go informer.RunWithContext(ctx)
+	w := &secretWatcher{informer: informer, cancel: cancel}
+	s.watchers[key] = w
+	return w
+}

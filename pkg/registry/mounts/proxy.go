@@ -1,0 +1,61 @@
+package mounts
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
+	"k8s.io/apiserver/pkg/registry/rest"
+
+	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
+)
+
+// ProxyHandlerFunc builds the handler of one proxied request to a Mount.
+type ProxyHandlerFunc func(ctx context.Context, m *mounts.Mount, innerPath string) (http.Handler, error)
+
+// ProxyREST is the mounts/<name>/proxy[/<path>] subresource: it forwards any request to the
+// Mount's target.
+type ProxyREST struct {
+	store   *genericregistry.Store
+	handler ProxyHandlerFunc
+}
+
+var (
+	_ rest.Connecter = &ProxyREST{}
+	_ rest.Storage   = &ProxyREST{}
+)
+
+// proxyMethods are all methods a Kubernetes API request uses. OPTIONS is authorized as "get"
+// (see the request info resolver of pkg/apiserver).
+var proxyMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions}
+
+// New returns the options object of the subresource.
+func (r *ProxyREST) New() runtime.Object { return &mounts.MountProxyOptions{} }
+
+// Destroy does nothing: the main resource's store owns the storage.
+func (r *ProxyREST) Destroy() {}
+
+// ConnectMethods returns the proxied methods.
+func (r *ProxyREST) ConnectMethods() []string { return proxyMethods }
+
+// NewConnectOptions says the subresource takes a trailing path into the "path" option.
+func (r *ProxyREST) NewConnectOptions() (runtime.Object, bool, string) {
+	return &mounts.MountProxyOptions{}, true, "path"
+}
+
+// Connect reads the Mount fresh from storage on every request, so a deleted Mount stops
+// proxying at once and a changed one takes effect at once.
+func (r *ProxyREST) Connect(ctx context.Context, name string, opts runtime.Object, _ rest.Responder) (http.Handler, error) {
+	proxyOpts, ok := opts.(*mounts.MountProxyOptions)
+	if !ok {
+		return nil, fmt.Errorf("invalid options object: %#v", opts)
+	}
+	obj, err := r.store.Get(ctx, name, &metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return r.handler(ctx, obj.(*mounts.Mount), proxyOpts.Path)
+}
