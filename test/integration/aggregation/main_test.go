@@ -20,6 +20,8 @@ import (
 var (
 	kube *framework.KubeAPIServer
 	agg  *framework.Aggregated
+	// remote is a second real kube-apiserver: the target of the proxy tests' mounts.
+	remote *framework.KubeAPIServer
 )
 
 func TestMain(m *testing.M) {
@@ -57,6 +59,17 @@ func run(m *testing.M) int {
 	}()
 	fmt.Printf("harness: etcd+kube-apiserver ready in %v, mount-apiserver registered and Available after %v\n",
 		kubeReady.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+
+	remoteDir, err := os.MkdirTemp(dir, "remote-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if remote, err = framework.StartKubeAPIServer(ctx, remoteDir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer remote.Stop()
 	return m.Run()
 }
 

@@ -1,0 +1,460 @@
+package aggregation
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+
+	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
+	"github.com/kcp-dev/mount-apiserver/test/integration/framework"
+)
+
+const secretsNamespace = "clusters"
+
+var proxySetup sync.Once
+
+// setupProxy prepares, once per package: on the remote, a user "mount-proxy" that may
+// impersonate (the mount's credentials); on the host, the Secret with its kubeconfig, the Mount
+// "remote", and a ClusterRole "mounts-proxy" with every verb on mounts/proxy.
+func setupProxy(t *testing.T) {
+	t.Helper()
+	proxySetup.Do(func() {
+		ctx := context.Background()
+		must := func(err error) {
+			if err != nil && !apierrors.IsAlreadyExists(err) {
+				t.Fatal(err)
+			}
+		}
+		_, err := remote.Client.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
+			ObjectMeta: metav1.ObjectMeta{Name: "impersonator"},
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"users", "groups", "serviceaccounts"}, Verbs: []string{"impersonate"}},
+				// RBAC has no "userextras/*": extras (every x509 caller carries
+				// authentication.kubernetes.io/credential-id) need "*" or their exact keys.
+				{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"*"}, Verbs: []string{"impersonate"}}},
+		}, metav1.CreateOptions{})
+		must(err)
+		_, err = remote.Client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "mount-proxy-impersonator"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "impersonator"},
+			Subjects:   []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: "mount-proxy"}},
+		}, metav1.CreateOptions{})
+		must(err)
+		// "view" is aggregated by kube-controller-manager, which does not run here.
+		_, err = remote.Client.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
+			ObjectMeta: metav1.ObjectMeta{Name: "namespace-reader"},
+			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list", "watch"}}},
+		}, metav1.CreateOptions{})
+		must(err)
+		_, err = kube.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: secretsNamespace}}, metav1.CreateOptions{})
+		must(err)
+		proxyUser, err := remote.UserConfig("mount-proxy")
+		must(err)
+		setSecret(t, "remote-kubeconfig", proxyUser)
+		_, err = mountsClient(t, kube.AdminConfig).MountsV1alpha1().Mounts().Create(ctx, urlMountOf("remote", "remote-kubeconfig"), metav1.CreateOptions{})
+		must(err)
+		_, err = kube.Client.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
+			ObjectMeta: metav1.ObjectMeta{Name: "mounts-proxy"},
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{"mounts.kcp.io"}, Resources: []string{"mounts/proxy"}, Verbs: []string{"get", "create", "update", "patch", "delete"}},
+				{APIGroups: []string{"mounts.kcp.io"}, Resources: []string{"mounts"}, Verbs: []string{"get"}}},
+		}, metav1.CreateOptions{})
+		must(err)
+	})
+}
+
+func urlMountOf(name, secret string) *v1alpha1.Mount {
+	return &v1alpha1.Mount{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       v1alpha1.MountSpec{Ref: v1alpha1.ObjectReference{Namespace: secretsNamespace, Name: secret}},
+	}
+}
+
+// setSecret creates or updates the host Secret name with a kubeconfig for cfg.
+func setSecret(t *testing.T, name string, cfg *rest.Config) {
+	t.Helper()
+	data, err := framework.KubeconfigBytes(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	setSecretData(t, name, data)
+}
+
+func setSecretData(t *testing.T, name string, kubeconfig []byte) {
+	t.Helper()
+	ctx := context.Background()
+	secrets := kube.Client.CoreV1().Secrets(secretsNamespace)
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string][]byte{"kubeconfig": kubeconfig}}
+	if _, err := secrets.Create(ctx, s, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
+		_, err = secrets.Update(ctx, s, metav1.UpdateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+	} else if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// proxyUser returns a host user that may use mounts/proxy.
+func proxyUser(t *testing.T, name string, groups ...string) *rest.Config {
+	t.Helper()
+	bind(t, name, "mounts-proxy")
+	return user(t, name, groups...)
+}
+
+// remoteBind gives a user a ClusterRole on the remote.
+func remoteBind(t *testing.T, userName, role string) {
+	t.Helper()
+	_, err := remote.Client.RbacV1().ClusterRoleBindings().Create(context.Background(), &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: userName + "-" + role},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role},
+		Subjects:   []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: userName}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func proxyPath(mount string) string { return "/apis/mounts.kcp.io/v1alpha1/mounts/" + mount + "/proxy" }
+
+// throughProxy returns cfg aimed at a mount's proxy on the host.
+func throughProxy(cfg *rest.Config, mount string) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.Host = cfg.Host + proxyPath(mount)
+	return c
+}
+
+func TestProxyKubectlAndClients(t *testing.T) {
+	setupProxy(t)
+	ctx := context.Background()
+	carol := proxyUser(t, "carol")
+	remoteBind(t, "carol", "cluster-admin")
+
+	kubeconfig, err := kube.WriteKubeconfig(carol, "carol")
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := "--server=" + kube.URL + proxyPath("remote")
+	run := func(args ...string) string {
+		t.Helper()
+		out, err := kubectl(t, kubeconfig, append([]string{server}, args...)...)
+		if err != nil {
+			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return out
+	}
+	if out := run("get", "namespaces", "-o", "name"); !strings.Contains(out, "namespace/kube-system") {
+		t.Errorf("namespaces of the remote:\n%s", out)
+	}
+	run("create", "namespace", "through-proxy")
+	if _, err := remote.Client.CoreV1().Namespaces().Get(ctx, "through-proxy", metav1.GetOptions{}); err != nil {
+		t.Errorf("namespace created through the proxy is not on the remote: %v", err)
+	}
+	if _, err := kube.Client.CoreV1().Namespaces().Get(ctx, "through-proxy", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("namespace created through the proxy landed on the host: %v", err)
+	}
+	cm := filepath.Join(t.TempDir(), "cm.yaml")
+	if err := os.WriteFile(cm, []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: applied, namespace: through-proxy}\ndata: {a: b}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run("apply", "-f", cm)
+	run("apply", "--server-side", "-f", cm)
+	if out := run("get", "configmap", "applied", "-n", "through-proxy", "-o", "jsonpath={.data.a}"); out != "b" {
+		t.Errorf("configmap through the proxy: %q", out)
+	}
+	run("delete", "configmap", "applied", "-n", "through-proxy")
+
+	// A watch through the proxy sees a change made on the remote directly.
+	client, err := kubernetes.NewForConfig(throughProxy(carol, "remote"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := client.CoreV1().ConfigMaps("through-proxy").Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	if _, err := remote.Client.CoreV1().ConfigMaps("through-proxy").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "watched"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-w.ResultChan():
+		if cm, ok := ev.Object.(*corev1.ConfigMap); !ok || cm.Name != "watched" {
+			t.Errorf("watch event: %v %#v", ev.Type, ev.Object)
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("no watch event through the proxy")
+	}
+
+	// get --raw, through the host aggregator and directly at mount-apiserver.
+	for name, cfgFile := range map[string]string{"host": kubeconfig, "direct": directKubeconfig(t, carol, "carol-direct")} {
+		out, err := kubectl(t, cfgFile, "get", "--raw", proxyPath("remote")+"/api/v1/namespaces/through-proxy")
+		if err != nil || !strings.Contains(out, `"name":"through-proxy"`) {
+			t.Errorf("get --raw %s: %v\n%s", name, err, out)
+		}
+	}
+}
+
+// directKubeconfig writes a kubeconfig with cfg's credentials aimed at mount-apiserver itself.
+func directKubeconfig(t *testing.T, cfg *rest.Config, name string) string {
+	t.Helper()
+	path, err := kube.WriteKubeconfig(agg.DirectConfig(cfg), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestProxyImpersonatesTheCaller(t *testing.T) {
+	setupProxy(t)
+	ctx := context.Background()
+	dave, err := kubernetes.NewForConfig(throughProxy(proxyUser(t, "dave", "dave-team"), "remote"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = dave.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), `User "dave"`) {
+		t.Fatalf("dave without rights on the remote: got %v, want the remote's 403 naming dave", err)
+	}
+	remoteBind(t, "dave", "namespace-reader")
+	eventually(t, "dave lists namespaces after a binding on the remote", func() error {
+		_, err := dave.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+		return err
+	})
+
+	// system:masters on the host is never impersonated on the remote.
+	admin, err := kubernetes.NewForConfig(throughProxy(kube.AdminConfig, "remote"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = admin.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "system:masters") {
+		t.Errorf("system:masters through the proxy: got %v, want 403 naming system:masters", err)
+	}
+
+	// Without mounts/proxy rights on the host, nothing reaches the remote.
+	erin, err := kubernetes.NewForConfig(throughProxy(user(t, "erin"), "remote"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := erin.CoreV1().Namespaces().List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "mounts/proxy") {
+		t.Errorf("erin without mounts/proxy: %v", err)
+	}
+}
+
+// TestProxyHeaders sends identity and credential headers of its own through the proxy to a
+// recording target: only the mount's token and the impersonation of the real caller arrive.
+func TestProxyHeaders(t *testing.T) {
+	setupProxy(t)
+	target, err := framework.StartRecordingServer("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer target.Close()
+	data, err := target.Kubeconfig("mount-token")
+	if err != nil {
+		t.Fatal(err)
+	}
+	setSecretData(t, "recording", data)
+	m := urlMountOf("recording", "recording")
+	m.Spec.Identity.UserPrefix = "hub:"
+	if _, err := mountsClient(t, kube.AdminConfig).MountsV1alpha1().Mounts().Create(context.Background(), m, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	frank := proxyUser(t, "frank", "frank-team")
+
+	// Directly at mount-apiserver, so the test controls every header the proxy receives.
+	direct := agg.DirectConfig(frank)
+	tlsConfig, err := rest.TLSConfigFor(direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequest(http.MethodGet, direct.Host+proxyPath("recording")+"/api/v1/namespaces?limit=5", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Cookie", "session=stolen")
+	req.Header.Set("X-Remote-User", "system:admin")
+	req.Header.Set("X-Remote-Group", "system:masters")
+	req.Header.Set("Proxy-Authorization", "Basic c2VjcmV0")
+	resp, err := (&http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig}}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("through the proxy: %d %s", resp.StatusCode, body)
+	}
+	reqs := target.Requests()
+	if len(reqs) == 0 {
+		t.Fatal("nothing reached the target")
+	}
+	got := reqs[len(reqs)-1]
+	if got.URL.Path != "/api/v1/namespaces" || got.URL.RawQuery != "limit=5" {
+		t.Errorf("target saw %s?%s", got.URL.Path, got.URL.RawQuery)
+	}
+	if a := got.Header.Get("Authorization"); a != "Bearer mount-token" {
+		t.Errorf("Authorization at the target = %q, want the mount's token", a)
+	}
+	if u := got.Header.Get("Impersonate-User"); u != "hub:frank" {
+		t.Errorf("Impersonate-User = %q, want hub:frank", u)
+	}
+	if g := got.Header.Values("Impersonate-Group"); !contains(g, "frank-team") || contains(g, "system:masters") {
+		t.Errorf("Impersonate-Group = %v", g)
+	}
+	for _, h := range []string{"Cookie", "X-Remote-User", "X-Remote-Group", "Proxy-Authorization"} {
+		if v := got.Header.Get(h); v != "" {
+			t.Errorf("%s reached the target: %q", h, v)
+		}
+	}
+}
+
+func TestProxyPathsAreConfined(t *testing.T) {
+	setupProxy(t)
+	carol := proxyUser(t, "carol2")
+	direct := agg.DirectConfig(carol)
+	tlsConfig, err := rest.TLSConfigFor(direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{
+		"/api/%2e%2e/%2e%2e/apis",
+		"/api%2F..%2F..%2Fsecret",
+		"/api/v1/..%2f..%2fnamespaces",
+		"/api/v1/namespaces%5c..%5c",
+	} {
+		// Sent as written: Go's client does not clean an opaque path.
+		u := direct.Host + proxyPath("remote") + path
+		req, err := http.NewRequest(http.MethodGet, u, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.URL.Opaque = strings.TrimPrefix(u, "https:")
+		resp, err := (&http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig}}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest && resp.StatusCode != http.StatusNotFound {
+			t.Errorf("%s: %d %s, want 400 (or 404 from the router)", path, resp.StatusCode, body)
+		}
+	}
+}
+
+func TestProxyRotationDeletionAndOutage(t *testing.T) {
+	setupProxy(t)
+	ctx := context.Background()
+	gina := proxyUser(t, "gina")
+	tlsConfig, err := rest.TLSConfigFor(gina)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A plain client: client-go would itself retry a 503 with Retry-After.
+	httpClient := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig}}
+	get := func() (int, http.Header, string) {
+		resp, err := httpClient.Get(kube.URL + proxyPath("rotating") + "/version")
+		if err != nil {
+			return 0, nil, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header, string(body)
+	}
+
+	// Start on a port with nothing listening: 503 with Retry-After, quickly.
+	port, err := freeLoopbackPort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	down, err := framework.StartRecordingServer("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down.Close()
+	data, err := framework.KubeconfigBytes(&rest.Config{Host: fmt.Sprintf("https://127.0.0.1:%d", port), BearerToken: "t", TLSClientConfig: rest.TLSClientConfig{CAData: down.CA.CertPEM}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	setSecretData(t, "rotating", data)
+	m := urlMountOf("rotating", "rotating")
+	m.Spec.Timeouts = &v1alpha1.MountTimeouts{ConnectSeconds: ptr.To[int32](2)}
+	if _, err := mountsClient(t, kube.AdminConfig).MountsV1alpha1().Mounts().Create(ctx, m, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	code, header, body := get()
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "unreachable") || header.Get("Retry-After") == "" {
+		t.Errorf("target down: %d %v %s, want 503 unreachable with Retry-After", code, header, body)
+	}
+	if elapsed := time.Since(start); elapsed > 10*time.Second {
+		t.Errorf("target down took %v to answer", elapsed)
+	}
+
+	// The target comes up on that port: the next request works, no restart.
+	up, err := framework.StartRecordingServer(fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	data, err = up.Kubeconfig("first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	setSecretData(t, "rotating", data)
+	eventually(t, "target back", func() error {
+		if code, _, body := get(); code != http.StatusOK {
+			return fmt.Errorf("%d %s", code, body)
+		}
+		return nil
+	})
+
+	// Rotating the Secret's token takes effect without restart.
+	data, err = up.Kubeconfig("second")
+	if err != nil {
+		t.Fatal(err)
+	}
+	setSecretData(t, "rotating", data)
+	eventually(t, "rotated token used", func() error {
+		if code, _, body := get(); code != http.StatusOK {
+			return fmt.Errorf("%d %s", code, body)
+		}
+		reqs := up.Requests()
+		if a := reqs[len(reqs)-1].Header.Get("Authorization"); a != "Bearer second" {
+			return fmt.Errorf("Authorization %q", a)
+		}
+		return nil
+	})
+
+	// A deleted Mount stops proxying at once.
+	if err := mountsClient(t, kube.AdminConfig).MountsV1alpha1().Mounts().Delete(ctx, "rotating", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, body := get(); code != http.StatusNotFound {
+		t.Errorf("deleted mount: %d %s, want 404", code, body)
+	}
+}
+
+func freeLoopbackPort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
