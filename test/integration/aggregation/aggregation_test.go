@@ -30,10 +30,12 @@ import (
 	"github.com/kcp-dev/mount-apiserver/test/integration/framework"
 )
 
+// mount is a Workspace mount: it references no Secret, so any user with mounts-edit may
+// create it (URL mounts also need read access to their Secret, see TestSecretReference...).
 func mount(name string) *v1alpha1.Mount {
 	return &v1alpha1.Mount{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec:       v1alpha1.MountSpec{Ref: v1alpha1.ObjectReference{Namespace: "clusters", Name: name}},
+		Spec:       v1alpha1.MountSpec{Type: v1alpha1.MountTypeWorkspace, Ref: v1alpha1.ObjectReference{Name: "root:" + name}},
 	}
 }
 
@@ -400,8 +402,9 @@ func TestAPIServiceTrustsThePublishedCA(t *testing.T) {
 	}
 }
 
-// TestRestartWhileRegistered runs last: it stops the shared server, sees the host answer 503,
-// and waits for the APIService to become Available again with the data intact.
+// TestRestartWhileRegistered stops the shared server, sees the host answer 503, and waits for
+// the APIService to become Available again with the data intact; later tests use the
+// restarted server.
 func TestRestartWhileRegistered(t *testing.T) {
 	ctx := context.Background()
 	host := mountsClient(t, kube.AdminConfig).MountsV1alpha1().Mounts()

@@ -458,3 +458,124 @@ func freeLoopbackPort() (int, error) {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
+
+// TestSecretReferenceNeedsReadAccess: referencing a Secret in a Mount needs "get" on it,
+// checked by SubjectAccessReview against the host at create and on reference changes.
+func TestSecretReferenceNeedsReadAccess(t *testing.T) {
+	setupProxy(t)
+	ctx := context.Background()
+	bind(t, "henry", "mounts-edit")
+	henry := mountsClient(t, user(t, "henry")).MountsV1alpha1().Mounts()
+
+	var err error
+	eventually(t, "henry is refused for the Secret, not for mounts", func() error {
+		_, err = henry.Create(ctx, urlMountOf("henrys", "remote-kubeconfig"), metav1.CreateOptions{})
+		if apierrors.IsForbidden(err) && strings.Contains(err.Error(), "may not get Secret clusters/remote-kubeconfig") {
+			return nil
+		}
+		return fmt.Errorf("got %v", err)
+	})
+
+	_, err = kube.Client.RbacV1().Roles(secretsNamespace).Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "henry-reads-remote"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"remote-kubeconfig"}, Verbs: []string{"get"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = kube.Client.RbacV1().RoleBindings(secretsNamespace).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "henry-reads-remote"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "henry-reads-remote"},
+		Subjects:   []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: "henry"}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "henry creates once he may read the Secret", func() error {
+		_, err := henry.Create(ctx, urlMountOf("henrys", "remote-kubeconfig"), metav1.CreateOptions{})
+		return err
+	})
+
+	// Labels change freely; pointing at a Secret henry may not read does not.
+	m, err := henry.Get(ctx, "henrys", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Labels = map[string]string{"owner": "henry"}
+	if m, err = henry.Update(ctx, m, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("label update: %v", err)
+	}
+	m.Spec.Ref.Name = "recording"
+	if _, err := henry.Update(ctx, m, metav1.UpdateOptions{}); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "clusters/recording") {
+		t.Errorf("reference change to an unreadable Secret: %v", err)
+	}
+}
+
+// TestProxyTimeouts: a normal request is bound by the mount's request timeout and answers
+// 504; a watch through the same mount outlives it.
+func TestProxyTimeouts(t *testing.T) {
+	setupProxy(t)
+	ctx := context.Background()
+	target, err := framework.StartRecordingServer("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer target.Close()
+	target.Handler = func(w http.ResponseWriter, req *http.Request) {
+		if req.URL.Query().Get("watch") == "true" {
+			w.Header().Set("Content-Type", "application/json")
+			for i := range 3 {
+				fmt.Fprintf(w, `{"type":"ADDED","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"cm-%d"}}}`+"\n", i)
+				w.(http.Flusher).Flush()
+				select {
+				case <-time.After(1500 * time.Millisecond):
+				case <-req.Context().Done():
+					return
+				}
+			}
+			return
+		}
+		select {
+		case <-time.After(10 * time.Second):
+		case <-req.Context().Done():
+		}
+	}
+	data, err := target.Kubeconfig("t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	setSecretData(t, "slow", data)
+	m := urlMountOf("slow", "slow")
+	m.Spec.Timeouts = &v1alpha1.MountTimeouts{RequestSeconds: ptr.To[int32](2)}
+	if _, err := mountsClient(t, kube.AdminConfig).MountsV1alpha1().Mounts().Create(ctx, m, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ivy := proxyUser(t, "ivy")
+	tlsConfig, err := rest.TLSConfigFor(ivy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	httpClient := &http.Client{Timeout: time.Minute, Transport: &http.Transport{TLSClientConfig: tlsConfig}}
+
+	start := time.Now()
+	resp, err := httpClient.Get(kube.URL + proxyPath("slow") + "/api/v1/namespaces")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if elapsed := time.Since(start); resp.StatusCode != http.StatusGatewayTimeout || elapsed > 8*time.Second {
+		t.Errorf("slow GET: %d after %v: %s; want 504 after about 2s", resp.StatusCode, elapsed, body)
+	}
+
+	start = time.Now()
+	resp, err = httpClient.Get(kube.URL + proxyPath("slow") + "/api/v1/configmaps?watch=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if elapsed := time.Since(start); resp.StatusCode != http.StatusOK || elapsed < 4*time.Second || !strings.Contains(string(body), "cm-2") {
+		t.Errorf("watch: %d after %v, body %q; want all three events over about 4.5s", resp.StatusCode, elapsed, body)
+	}
+}

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
+	"github.com/kcp-dev/mount-apiserver/pkg/admission/secretaccess"
 	mountapiserver "github.com/kcp-dev/mount-apiserver/pkg/apiserver"
 	"github.com/kcp-dev/mount-apiserver/pkg/embeddedetcd"
 	generatedopenapi "github.com/kcp-dev/mount-apiserver/pkg/generated/openapi"
@@ -108,6 +109,7 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 			return nil, err
 		}
 		cfg.Extra.Proxier.Secrets = proxy.NewWatchedSecrets(ctx, cfg.Extra.HostClient, nil)
+		generic.AdmissionControl = secretaccess.New(cfg.Extra.HostClient.AuthorizationV1().SubjectAccessReviews())
 		logger.Info("Running as an aggregated API server", "kubeconfig", o.Kubeconfig, "inCluster", o.InCluster)
 		return cfg, nil
 	}
@@ -122,6 +124,7 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 			return nil, fmt.Errorf("creating client of --secrets-kubeconfig: %w", err)
 		}
 		cfg.Extra.Proxier.Secrets = proxy.NewWatchedSecrets(ctx, secretsClient, nil)
+		generic.AdmissionControl = secretaccess.New(secretsClient.AuthorizationV1().SubjectAccessReviews())
 	}
 
 	if err := applyStandaloneAuth(generic, ca); err != nil {
