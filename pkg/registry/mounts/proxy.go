@@ -46,14 +46,15 @@ func (r *ProxyREST) NewConnectOptions() (runtime.Object, bool, string) {
 	return &mounts.MountProxyOptions{}, true, "path"
 }
 
-// Connect reads the Mount fresh from storage on every request, so a deleted Mount stops
-// proxying at once and a changed one takes effect at once.
+// Connect reads the Mount on every request from the watch cache: a deleted or changed Mount
+// takes effect as soon as the cache has seen it (milliseconds), and a proxied request costs no
+// etcd round trip, which profiling showed to be the largest part of the proxy's own work.
 func (r *ProxyREST) Connect(ctx context.Context, name string, opts runtime.Object, _ rest.Responder) (http.Handler, error) {
 	proxyOpts, ok := opts.(*mounts.MountProxyOptions)
 	if !ok {
 		return nil, fmt.Errorf("invalid options object: %#v", opts)
 	}
-	obj, err := r.store.Get(ctx, name, &metav1.GetOptions{})
+	obj, err := r.store.Get(ctx, name, &metav1.GetOptions{ResourceVersion: "0"})
 	if err != nil {
 		return nil, err
 	}

@@ -122,6 +122,14 @@ func StartKubeAPIServer(ctx context.Context, dir string) (_ *KubeAPIServer, err 
 	}); err != nil {
 		return nil, err
 	}
+	// kube-apiserver's client certificate towards kubelets (see StartKubelet), which are
+	// trusted through --kubelet-certificate-authority, the client CA.
+	if err := issue("kubelet-client", k.ClientCA, &x509.Certificate{
+		Subject:     pkix.Name{CommonName: KubeletClientCommonName, Organization: []string{"system:masters"}},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}); err != nil {
+		return nil, err
+	}
 	saKey, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		return nil, err
@@ -163,6 +171,10 @@ func StartKubeAPIServer(ctx context.Context, dir string) (_ *KubeAPIServer, err 
 		"--proxy-client-cert-file=" + f("front-proxy-client.crt"),
 		"--proxy-client-key-file=" + f("front-proxy-client.key"),
 		"--enable-aggregator-routing=false",
+		"--kubelet-certificate-authority=" + f("client-ca.crt"),
+		"--kubelet-client-certificate=" + f("kubelet-client.crt"),
+		"--kubelet-client-key=" + f("kubelet-client.key"),
+		"--kubelet-preferred-address-types=InternalIP",
 		"--cert-dir=" + f("certs"),
 		"--v=1",
 	}

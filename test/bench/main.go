@@ -1,0 +1,325 @@
+// Command bench measures the mount proxy against a direct baseline in the same run, on real
+// servers on loopback: a host kube-apiserver with mount-apiserver aggregated into it, and a
+// remote kube-apiserver that a Mount points at. It reports p50/p99 of a small GET (direct to
+// the remote, through mount-apiserver's proxy, through the host aggregator and the proxy),
+// throughput of a ~10 MB LIST, and new upstream TCP connections per 1,000 proxied requests.
+//
+//	go run ./test/bench [-requests 2000] [-list-mb 10]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+
+	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
+	"github.com/kcp-dev/mount-apiserver/pkg/cmd/server/options"
+	clientset "github.com/kcp-dev/mount-apiserver/pkg/generated/clientset/versioned"
+	"github.com/kcp-dev/mount-apiserver/test/integration/framework"
+)
+
+func main() {
+	requests := flag.Int("requests", 2000, "GETs per path")
+	listMB := flag.Int("list-mb", 10, "size of the LIST response in MB")
+	lists := flag.Int("lists", 20, "LISTs per path")
+	flag.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of mount-apiserver during the proxied GETs to this file")
+	flag.Parse()
+	if err := run(*requests, *listMB, *lists); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+var cpuProfile string
+
+func run(requests, listMB, lists int) error {
+	ctx := klog.NewContext(context.Background(), klog.Background())
+	dir, err := os.MkdirTemp("", "mount-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	host, err := framework.StartKubeAPIServer(ctx, dir)
+	if err != nil {
+		return err
+	}
+	defer host.Stop()
+	// No audit log: the benchmark measures the proxy, not the harness's audit writer.
+	agg, err := framework.StartAggregated(ctx, host, dir, func(o *options.Options) { o.Audit.LogOptions.Path = "" })
+	if err != nil {
+		return err
+	}
+	defer func() { _ = agg.Stop() }()
+	remoteDir, err := os.MkdirTemp(dir, "remote-")
+	if err != nil {
+		return err
+	}
+	remote, err := framework.StartKubeAPIServer(ctx, remoteDir)
+	if err != nil {
+		return err
+	}
+	defer remote.Stop()
+
+	if err := setup(ctx, host, remote, listMB); err != nil {
+		return err
+	}
+	bencherHost, err := host.UserConfig("bencher")
+	if err != nil {
+		return err
+	}
+	bencherRemote, err := remote.UserConfig("bencher")
+	if err != nil {
+		return err
+	}
+	paths := []struct {
+		name string
+		cfg  *rest.Config
+		base string
+	}{
+		{"direct", bencherRemote, remote.URL},
+		{"mount proxy", agg.DirectConfig(bencherHost), agg.Mount.URL + "/apis/mounts.kcp.io/v1alpha1/mounts/bench/proxy"},
+		{"host + mount proxy", bencherHost, host.URL + "/apis/mounts.kcp.io/v1alpha1/mounts/bench/proxy"},
+	}
+
+	fmt.Printf("small GET (/api/v1/namespaces/default), %d requests each, sequential\n", requests)
+	var p50s, p99s []time.Duration
+	for _, p := range paths {
+		c, err := client(p.cfg)
+		if err != nil {
+			return err
+		}
+		var profileDone chan error
+		if cpuProfile != "" && p.name == "mount proxy" {
+			profileDone = make(chan error, 1)
+			go func() { profileDone <- profile(agg.DirectConfig(host.AdminConfig), cpuProfile) }()
+		}
+		samples, err := timeGets(c, p.base+"/api/v1/namespaces/default", requests)
+		if profileDone != nil {
+			if err := <-profileDone; err != nil {
+				return err
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", p.name, err)
+		}
+		p50, p99 := samples[len(samples)/2], samples[len(samples)*99/100]
+		p50s, p99s = append(p50s, p50), append(p99s, p99)
+		fmt.Printf("  %-20s p50 %8v  p99 %8v  p50 %.2fx  p99 %.2fx\n", p.name, p50.Round(time.Microsecond), p99.Round(time.Microsecond),
+			float64(p50)/float64(p50s[0]), float64(p99)/float64(p99s[0]))
+	}
+
+	fmt.Printf("LIST of ~%d MB (/api/v1/namespaces/bench/configmaps), %d lists each\n", listMB, lists)
+	var base float64
+	for i, p := range paths {
+		c, err := client(p.cfg)
+		if err != nil {
+			return err
+		}
+		mbps, size, err := listThroughput(c, p.base+"/api/v1/namespaces/bench/configmaps", lists)
+		if err != nil {
+			return fmt.Errorf("%s: %w", p.name, err)
+		}
+		if i == 0 {
+			base = mbps
+		}
+		fmt.Printf("  %-20s %7.1f MB/s  (%.1f MB per list)  %.2fx\n", p.name, mbps, float64(size)/1e6, mbps/base)
+	}
+
+	admin := agg.DirectConfig(host.AdminConfig)
+	before, err := upstreamConnections(admin)
+	if err != nil {
+		return err
+	}
+	c, err := client(paths[1].cfg)
+	if err != nil {
+		return err
+	}
+	if _, err := timeGets(c, paths[1].base+"/api/v1/namespaces/default", 1000); err != nil {
+		return err
+	}
+	after, err := upstreamConnections(admin)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("new upstream TCP connections per 1,000 proxied requests: %d\n", after-before)
+	return nil
+}
+
+// setup: the remote lets "mount-proxy" impersonate and "bencher" do anything; the host
+// holds the Secret and the Mount "bench" and lets "bencher" proxy; the remote gets ~listMB MB
+// of ConfigMaps in namespace bench.
+func setup(ctx context.Context, host, remote *framework.KubeAPIServer, listMB int) error {
+	rules := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"users", "groups"}, Verbs: []string{"impersonate"}},
+		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"*"}, Verbs: []string{"impersonate"}}}
+	if _, err := remote.Client.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "impersonator"}, Rules: rules}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	for user, role := range map[string]string{"mount-proxy": "impersonator", "bencher": "cluster-admin"} {
+		if _, err := remote.Client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: user}, RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role},
+			Subjects: []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: user}},
+		}, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	if _, err := host.Client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "bencher"}, RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "cluster-admin"},
+		Subjects: []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: "bencher"}},
+	}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	proxyUser, err := remote.UserConfig("mount-proxy")
+	if err != nil {
+		return err
+	}
+	kubeconfig, err := framework.KubeconfigBytes(proxyUser)
+	if err != nil {
+		return err
+	}
+	if _, err := host.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "clusters"}}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	if _, err := host.Client.CoreV1().Secrets("clusters").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "bench"}, Data: map[string][]byte{"kubeconfig": kubeconfig}}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	mounts, err := clientset.NewForConfig(host.AdminConfig)
+	if err != nil {
+		return err
+	}
+	if _, err := mounts.MountsV1alpha1().Mounts().Create(ctx, &v1alpha1.Mount{ObjectMeta: metav1.ObjectMeta{Name: "bench"},
+		Spec: v1alpha1.MountSpec{Ref: v1alpha1.ObjectReference{Namespace: "clusters", Name: "bench"}}}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	if _, err := remote.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench"}}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	value := strings.Repeat("x", 100*1024)
+	for i := range listMB * 10 {
+		if _, err := remote.Client.CoreV1().ConfigMaps("bench").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cm-" + strconv.Itoa(i)},
+			Data: map[string]string{"v": value}}, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func client(cfg *rest.Config) (*http.Client, error) {
+	tlsConfig, err := rest.TLSConfigFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	// The same transport settings client-go uses: keep-alives, HTTP/2.
+	return &http.Client{Timeout: time.Minute, Transport: &http.Transport{TLSClientConfig: tlsConfig, ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 16}}, nil
+}
+
+func timeGets(c *http.Client, url string, n int) ([]time.Duration, error) {
+	get := func() error {
+		resp, err := c.Get(url)
+		if err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET %s: %d", url, resp.StatusCode)
+		}
+		return nil
+	}
+	for range 50 {
+		if err := get(); err != nil {
+			return nil, err
+		}
+	}
+	samples := make([]time.Duration, 0, n)
+	for range n {
+		start := time.Now()
+		if err := get(); err != nil {
+			return nil, err
+		}
+		samples = append(samples, time.Since(start))
+	}
+	slices.Sort(samples)
+	return samples, nil
+}
+
+func listThroughput(c *http.Client, url string, n int) (float64, int64, error) {
+	var total int64
+	var elapsed time.Duration
+	for i := range n + 2 {
+		start := time.Now()
+		resp, err := c.Get(url)
+		if err != nil {
+			return 0, 0, err
+		}
+		size, err := io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return 0, 0, err
+		}
+		if resp.StatusCode != http.StatusOK {
+			return 0, 0, fmt.Errorf("LIST %s: %d", url, resp.StatusCode)
+		}
+		if i >= 2 { // two warm-up lists
+			total += size
+			elapsed += time.Since(start)
+		}
+	}
+	return float64(total) / 1e6 / elapsed.Seconds(), total / int64(n), nil
+}
+
+var connectionsRE = regexp.MustCompile(`(?m)^mount_proxy_upstream_connections_total\{mount="bench"\} (\d+)`)
+
+func upstreamConnections(admin *rest.Config) (int, error) {
+	c, err := client(admin)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := c.Get(admin.Host + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	m := connectionsRE.FindSubmatch(body)
+	if m == nil {
+		return 0, fmt.Errorf("no mount_proxy_upstream_connections_total for mount bench in /metrics")
+	}
+	return strconv.Atoi(string(m[1]))
+}
+
+// profile fetches a 3-second CPU profile from mount-apiserver's /debug/pprof.
+func profile(admin *rest.Config, path string) error {
+	c, err := client(admin)
+	if err != nil {
+		return err
+	}
+	resp, err := c.Get(admin.Host + "/debug/pprof/profile?seconds=3")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(f, resp.Body)
+	return err
+}
