@@ -185,7 +185,10 @@ func (h *requestHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 
 	rt, upgradeRT := h.target.RoundTrippers(h.imp)
-	proxy := utilproxy.NewUpgradeAwareHandler(h.location, rt, false, false, responder{mount: h.mount.Name, target: h.target.Base.Host})
+	// The upgrade path dials Location as it is; only the plain path copies the query itself.
+	location := *h.location
+	location.RawQuery = req.URL.RawQuery
+	proxy := utilproxy.NewUpgradeAwareHandler(&location, rt, false, false, responder{mount: h.mount.Name, target: h.target.Base.Host})
 	proxy.UpgradeTransport = upgradeRT
 	proxy.UseLocationHost = true
 	proxy.ServeHTTP(w, out)
