@@ -2,6 +2,8 @@ package aggregation
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"net"
@@ -13,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -322,6 +325,98 @@ func TestProxyHeaders(t *testing.T) {
 			t.Errorf("%s reached the target: %q", h, v)
 		}
 	}
+
+	// OPTIONS is authorized as get and forwarded.
+	optionsReq, err := http.NewRequest(http.MethodOptions, direct.Host+proxyPath("recording")+"/api", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err = (&http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig}}).Do(optionsReq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if reqs := target.Requests(); resp.StatusCode != http.StatusOK || reqs[len(reqs)-1].Method != http.MethodOptions {
+		t.Errorf("OPTIONS: %d, target saw %s", resp.StatusCode, reqs[len(reqs)-1].Method)
+	}
+
+	// A caller authenticating with its own bearer token (a service account of the host): the
+	// token stays here; the target sees the mount's token and the caller impersonated.
+	ctx := context.Background()
+	if _, err := kube.Client.CoreV1().ServiceAccounts(secretsNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "token-caller"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kube.Client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "token-caller-mounts-proxy"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "mounts-proxy"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: secretsNamespace, Name: "token-caller"}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := kube.Client.CoreV1().ServiceAccounts(secretsNamespace).CreateToken(ctx, "token-caller", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokenClient := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: certPool(agg.Mount.CAData)}}}
+	eventually(t, "the service account proxies with its token", func() error {
+		req, err := http.NewRequest(http.MethodGet, agg.Mount.URL+proxyPath("recording")+"/api/v1/pods", nil)
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Authorization", "Bearer "+tr.Status.Token)
+		resp, err := tokenClient.Do(req)
+		if err != nil {
+			return err
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%d %s", resp.StatusCode, body)
+		}
+		return nil
+	})
+	reqs = target.Requests()
+	got = reqs[len(reqs)-1]
+	if a := got.Header.Get("Authorization"); a != "Bearer mount-token" {
+		t.Errorf("the caller's token reached the target: Authorization %q", a)
+	}
+	if u := got.Header.Get("Impersonate-User"); u != "hub:system:serviceaccount:clusters:token-caller" {
+		t.Errorf("Impersonate-User = %q", u)
+	}
+
+	// The proxy's metrics count these requests, by mount.
+	admin := agg.DirectConfig(kube.AdminConfig)
+	adminClient, err := rest.HTTPClientFor(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mresp, err := adminClient.Get(admin.Host + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(mresp.Body)
+	mresp.Body.Close()
+	for _, want := range []string{
+		`mount_proxy_requests_total{code="200",mount="recording",verb="GET"}`,
+		`mount_proxy_requests_total{code="200",mount="recording",verb="OPTIONS"} 1`,
+		`mount_proxy_upstream_connections_total{mount="recording"}`,
+		`mount_proxy_request_duration_seconds_count{mount="recording",verb="GET"}`,
+		`mount_proxy_response_bytes_total{mount="recording"}`,
+		`mount_proxy_inflight_requests{mount="recording"} 0`,
+	} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if strings.Contains(string(metrics), "mount-token") || strings.Contains(string(metrics), tr.Status.Token) {
+		t.Error("/metrics contains a credential")
+	}
+}
+
+func certPool(pem []byte) *x509.CertPool {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	return pool
 }
 
 func TestProxyPathsAreConfined(t *testing.T) {
@@ -419,6 +514,24 @@ func TestProxyRotationDeletionAndOutage(t *testing.T) {
 	setSecretData(t, "rotating", data)
 	eventually(t, "target back", func() error {
 		if code, _, body := get(); code != http.StatusOK {
+			return fmt.Errorf("%d %s", code, body)
+		}
+		return nil
+	})
+
+	// A target whose certificate does not verify against the kubeconfig's CA: 502.
+	other, err := framework.StartRecordingServer("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other.Close()
+	data, err = framework.KubeconfigBytes(&rest.Config{Host: up.URL, BearerToken: "t", TLSClientConfig: rest.TLSClientConfig{CAData: other.CA.CertPEM}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	setSecretData(t, "rotating", data)
+	eventually(t, "502 for an unverifiable target", func() error {
+		if code, _, body := get(); code != http.StatusBadGateway || !strings.Contains(body, "does not verify") {
 			return fmt.Errorf("%d %s", code, body)
 		}
 		return nil
