@@ -22,8 +22,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/client-go/util/keyutil"
 	"k8s.io/klog/v2"
 
@@ -258,13 +256,12 @@ func (k *KubeAPIServer) UserConfig(name string, groups ...string) (*rest.Config,
 // WriteKubeconfig writes cfg (certificate or token credentials) as a kubeconfig in the
 // server's directory and returns its path.
 func (k *KubeAPIServer) WriteKubeconfig(cfg *rest.Config, name string) (string, error) {
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["kube"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos[name] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
-	kc.Contexts[name] = &clientcmdapi.Context{Cluster: "kube", AuthInfo: name}
-	kc.CurrentContext = name
+	data, err := KubeconfigBytes(cfg)
+	if err != nil {
+		return "", err
+	}
 	path := filepath.Join(k.Dir, name+".kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+	if err := os.WriteFile(path, data, 0o600); err != nil {
 		return "", fmt.Errorf("writing kubeconfig %s: %w", path, err)
 	}
 	return path, nil
