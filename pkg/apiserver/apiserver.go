@@ -40,6 +40,8 @@ type ExtraConfig struct {
 
 	// Proxier serves mounts/proxy; its Authorizer is filled in from the generic config.
 	Proxier *proxy.Proxier
+	// Status configures the status controller.
+	Status StatusConfig
 }
 
 type completedConfig struct {
@@ -102,6 +104,12 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil
 	}); err != nil {
 		return nil, fmt.Errorf("adding post-start hook: %w", err)
+	}
+
+	if c.Extra.Status.Enabled {
+		if err := generic.AddPostStartHook("start-mount-status-controller", startStatusController(c.Extra.Status, proxier, c.Extra.HostClient)); err != nil {
+			return nil, fmt.Errorf("adding post-start hook: %w", err)
+		}
 	}
 
 	if c.Extra.APIServiceName != "" {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/felixge/httpsnoop"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/httpstream"
 	utilproxy "k8s.io/apimachinery/pkg/util/proxy"
 	"k8s.io/apiserver/pkg/authentication/user"
@@ -35,18 +36,40 @@ type Proxier struct {
 	Metrics    *Metrics
 }
 
+// Reasons of a CredentialsError, also the reasons of the CredentialsResolved condition.
+const (
+	ReasonUnsupportedType    = "UnsupportedType"
+	ReasonSecretNotFound     = "SecretNotFound"
+	ReasonSecretUnavailable  = "SecretUnavailable"
+	ReasonInvalidCredentials = "InvalidKubeconfig"
+)
+
+// CredentialsError says why a Mount's target credentials could not be resolved. It answers
+// proxied requests with 503; its message never contains credential bytes.
+type CredentialsError struct {
+	Reason  string
+	Message string
+}
+
+func (e *CredentialsError) Error() string { return e.Message }
+
+// Status makes the error an API error (503).
+func (e *CredentialsError) Status() metav1.Status {
+	return apierrors.NewServiceUnavailable(e.Message).Status()
+}
+
 // Target resolves the Mount's target and its cached transports.
 func (p *Proxier) Target(ctx context.Context, m *mounts.Mount) (*Target, error) {
 	if m.Spec.Type != mounts.MountTypeURL {
-		return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("mount %q has type %s, which is served only in kcp mode; this server proxies type URL", m.Name, m.Spec.Type))
+		return nil, &CredentialsError{ReasonUnsupportedType, fmt.Sprintf("mount %q has type %s, which is served only in kcp mode; this server proxies type URL", m.Name, m.Spec.Type)}
 	}
 	ref := m.Spec.Ref
 	secret, err := p.Secrets.GetSecret(ctx, ref.Namespace, ref.Name)
 	if err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("mount %q: its Secret %s/%s does not exist", m.Name, ref.Namespace, ref.Name))
+			return nil, &CredentialsError{ReasonSecretNotFound, fmt.Sprintf("mount %q: its Secret %s/%s does not exist", m.Name, ref.Namespace, ref.Name)}
 		}
-		return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("mount %q: %v", m.Name, err))
+		return nil, &CredentialsError{ReasonSecretUnavailable, fmt.Sprintf("mount %q: %v", m.Name, err)}
 	}
 	var connect time.Duration
 	if t := m.Spec.Timeouts; t != nil && t.ConnectSeconds != nil {
@@ -61,7 +84,7 @@ func (p *Proxier) Target(ctx context.Context, m *mounts.Mount) (*Target, error) 
 		return cfg, m.Spec.CABundle, err
 	})
 	if err != nil {
-		return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("mount %q: Secret %s/%s: %v", m.Name, ref.Namespace, ref.Name, err))
+		return nil, &CredentialsError{ReasonInvalidCredentials, fmt.Sprintf("mount %q: Secret %s/%s: %v", m.Name, ref.Namespace, ref.Name, err)}
 	}
 	return target, nil
 }

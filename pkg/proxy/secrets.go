@@ -37,10 +37,10 @@ type WatchedSecrets struct {
 	client   kubernetes.Interface
 	ctx      context.Context
 	syncWait time.Duration
-	onChange func(namespace, name string)
 
-	mu       sync.Mutex
-	watchers map[types.NamespacedName]*secretWatcher
+	mu        sync.Mutex
+	watchers  map[types.NamespacedName]*secretWatcher
+	listeners []func(namespace, name string)
 }
 
 type secretWatcher struct {
@@ -48,10 +48,25 @@ type secretWatcher struct {
 	cancel   context.CancelFunc
 }
 
-// NewWatchedSecrets returns a source whose informers run until ctx ends. onChange, if not nil,
-// is called when a watched Secret changes.
-func NewWatchedSecrets(ctx context.Context, client kubernetes.Interface, onChange func(namespace, name string)) *WatchedSecrets {
-	return &WatchedSecrets{client: client, ctx: ctx, syncWait: 5 * time.Second, onChange: onChange, watchers: map[types.NamespacedName]*secretWatcher{}}
+// NewWatchedSecrets returns a source whose informers run until ctx ends.
+func NewWatchedSecrets(ctx context.Context, client kubernetes.Interface) *WatchedSecrets {
+	return &WatchedSecrets{client: client, ctx: ctx, syncWait: 5 * time.Second, watchers: map[types.NamespacedName]*secretWatcher{}}
+}
+
+// OnChange registers f to be called when a watched Secret is added, changed or deleted.
+func (s *WatchedSecrets) OnChange(f func(namespace, name string)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.listeners = append(s.listeners, f)
+}
+
+func (s *WatchedSecrets) notify(namespace, name string) {
+	s.mu.Lock()
+	listeners := append([]func(string, string){}, s.listeners...)
+	s.mu.Unlock()
+	for _, f := range listeners {
+		f(namespace, name)
+	}
 }
 
 // GetSecret returns the Secret, starting to watch it on first use.
@@ -104,14 +119,12 @@ func (s *WatchedSecrets) watcher(namespace, name string) *secretWatcher {
 		},
 	}
 	informer := cache.NewSharedIndexInformer(lw, &corev1.Secret{}, 0, cache.Indexers{})
-	if s.onChange != nil {
-		notify := func(any) { s.onChange(namespace, name) }
-		_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    notify,
-			UpdateFunc: func(_, obj any) { notify(obj) },
-			DeleteFunc: notify,
-		})
-	}
+	notify := func(any) { s.notify(namespace, name) }
+	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    notify,
+		UpdateFunc: func(_, obj any) { notify(obj) },
+		DeleteFunc: notify,
+	})
 	ctx, cancel := context.WithCancel(s.ctx)
 	go informer.RunWithContext(ctx)
 	w := &secretWatcher{informer: informer, cancel: cancel}

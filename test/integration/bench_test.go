@@ -28,6 +28,7 @@ func BenchmarkList1000(b *testing.B) {
 	}
 	b.Cleanup(etcd.Close)
 	s := framework.StartInProcess(b, "", func(o *options.Options) {
+		apiOnly(o)
 		o.Etcd.StorageConfig.Transport.ServerList = []string{etcd.ClientURL}
 	})
 	bg := context.Background()

@@ -40,7 +40,7 @@ func examples(t *testing.T) string {
 }
 
 func TestKubectl(t *testing.T) {
-	s := framework.StartInProcess(t, "", nil)
+	s := framework.StartInProcess(t, "", apiOnly)
 
 	// Start a watch first and read it last.
 	kubectlPath, err := exec.LookPath("kubectl")

@@ -27,7 +27,8 @@ func TestBinaryRestartKeepsData(t *testing.T) {
 	root := t.TempDir()
 	ctx := context.Background()
 
-	first := bin.Start(t, root)
+	// The test writes a status itself and checks it survives: no controller rewrites it.
+	first := bin.Start(t, root, "--status-controller=false")
 	const n = 50
 	for i := range n {
 		m := urlMount(fmt.Sprintf("m-%03d", i))
@@ -62,7 +63,7 @@ func TestBinaryRestartKeepsData(t *testing.T) {
 	}
 	t.Logf("clean shutdown took %v", time.Since(start).Round(time.Millisecond))
 
-	second := bin.Start(t, root)
+	second := bin.Start(t, root, "--status-controller=false")
 	list, err := second.Client.MountsV1alpha1().Mounts().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -41,7 +41,7 @@ func workspaceMount(name, path string) *v1alpha1.Mount {
 }
 
 func TestMountLifecycle(t *testing.T) {
-	s := framework.StartInProcess(t, "", nil)
+	s := framework.StartInProcess(t, "", apiOnly)
 	ctx := context.Background()
 	mounts := s.Client.MountsV1alpha1().Mounts()
 
@@ -164,7 +164,7 @@ func TestMountLifecycle(t *testing.T) {
 }
 
 func TestServerSideApply(t *testing.T) {
-	s := framework.StartInProcess(t, "", nil)
+	s := framework.StartInProcess(t, "", apiOnly)
 	ctx := context.Background()
 	mounts := s.Client.MountsV1alpha1().Mounts()
 
@@ -213,7 +213,7 @@ func TestServerSideApply(t *testing.T) {
 }
 
 func TestInvalidMountsAreRefusedWithFieldPaths(t *testing.T) {
-	s := framework.StartInProcess(t, "", nil)
+	s := framework.StartInProcess(t, "", apiOnly)
 	ctx := context.Background()
 	mounts := s.Client.MountsV1alpha1().Mounts()
 
@@ -264,7 +264,7 @@ func TestInvalidMountsAreRefusedWithFieldPaths(t *testing.T) {
 }
 
 func TestHealthDiscoveryAndAuthentication(t *testing.T) {
-	s := framework.StartInProcess(t, "", nil)
+	s := framework.StartInProcess(t, "", apiOnly)
 	anonymous := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: caPool(t, s.Config)}}, Timeout: 10 * time.Second}
 
 	for _, path := range []string{"/livez", "/readyz", "/healthz", "/version"} {

@@ -6,6 +6,7 @@ import (
 	"net"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"k8s.io/apiserver/pkg/apis/apiserver"
 	"k8s.io/apiserver/pkg/authentication/request/anonymous"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/kcp-dev/mount-apiserver/pkg/admission/secretaccess"
 	mountapiserver "github.com/kcp-dev/mount-apiserver/pkg/apiserver"
+	"github.com/kcp-dev/mount-apiserver/pkg/controller/status"
 	"github.com/kcp-dev/mount-apiserver/pkg/embeddedetcd"
 	generatedopenapi "github.com/kcp-dev/mount-apiserver/pkg/generated/openapi"
 	"github.com/kcp-dev/mount-apiserver/pkg/pki"
@@ -104,11 +106,24 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 	generic.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(generatedopenapi.GetOpenAPIDefinitions, namer)
 	generic.OpenAPIV3Config.Info.Title = "mount-apiserver"
 
+	cfg.Extra.Status = mountapiserver.StatusConfig{
+		Enabled: o.StatusController,
+		Options: status.Options{
+			BaseURL:  strings.TrimSuffix(o.ExternalBaseURL, "/"),
+			Interval: o.StatusProbeInterval,
+			Workers:  o.StatusWorkers,
+		},
+		LeaderElection: o.LeaderElection,
+	}
+	if cfg.Extra.Status.BaseURL == "" {
+		cfg.Extra.Status.BaseURL = o.serverURL(generic.SecureServing.Listener.Addr())
+	}
+
 	if o.Delegated {
 		if err := o.applyDelegated(cfg, ca); err != nil {
 			return nil, err
 		}
-		cfg.Extra.Proxier.Secrets = proxy.NewWatchedSecrets(ctx, cfg.Extra.HostClient, nil)
+		cfg.Extra.Proxier.Secrets = proxy.NewWatchedSecrets(ctx, cfg.Extra.HostClient)
 		generic.AdmissionControl = secretaccess.New(cfg.Extra.HostClient.AuthorizationV1().SubjectAccessReviews())
 		logger.Info("Running as an aggregated API server", "kubeconfig", o.Kubeconfig, "inCluster", o.InCluster)
 		return cfg, nil
@@ -123,7 +138,7 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 		if err != nil {
 			return nil, fmt.Errorf("creating client of --secrets-kubeconfig: %w", err)
 		}
-		cfg.Extra.Proxier.Secrets = proxy.NewWatchedSecrets(ctx, secretsClient, nil)
+		cfg.Extra.Proxier.Secrets = proxy.NewWatchedSecrets(ctx, secretsClient)
 		generic.AdmissionControl = secretaccess.New(secretsClient.AuthorizationV1().SubjectAccessReviews())
 	}
 
@@ -155,6 +170,10 @@ func (o CompletedOptions) applyDelegated(cfg *mountapiserver.Config, ca *pki.PKI
 	}
 	if cfg.Extra.HostClient, err = kubernetes.NewForConfig(hostConfig); err != nil {
 		return fmt.Errorf("creating host cluster client: %w", err)
+	}
+	if o.ExternalBaseURL == "" {
+		// Users reach the mounts through the host's aggregator.
+		cfg.Extra.Status.BaseURL = strings.TrimSuffix(hostConfig.Host, "/")
 	}
 	if o.APIServiceName != "" {
 		cfg.Extra.APIServiceName = o.APIServiceName

@@ -4,14 +4,18 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 	cliflag "k8s.io/component-base/cli/flag"
+	componentbaseconfig "k8s.io/component-base/config"
+	componentbaseoptions "k8s.io/component-base/config/options"
 	"k8s.io/component-base/logs"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	netutils "k8s.io/utils/net"
@@ -52,6 +56,17 @@ type Options struct {
 	ProxyConnectTimeout time.Duration
 	// ProxyMaxIdleConnsPerMount bounds idle connections kept to one target.
 	ProxyMaxIdleConnsPerMount int
+	// ExternalBaseURL is the externally reachable base URL under which status.URL names each
+	// mount's proxy; empty derives it (the host's server URL, or this server's own URL).
+	ExternalBaseURL string
+	// StatusProbeInterval is how often healthy mounts are probed.
+	StatusProbeInterval time.Duration
+	// StatusWorkers bounds concurrent probes.
+	StatusWorkers int
+	// StatusController runs the status controller in this process.
+	StatusController bool
+	// LeaderElection elects the replica that writes status (delegated mode).
+	LeaderElection componentbaseconfig.LeaderElectionConfiguration
 
 	ServerRun     *genericoptions.ServerRunOptions
 	SecureServing *genericoptions.SecureServingOptionsWithLoopback
@@ -88,6 +103,18 @@ func NewOptions() *Options {
 
 		ProxyConnectTimeout:       10 * time.Second,
 		ProxyMaxIdleConnsPerMount: 16,
+		StatusProbeInterval:       30 * time.Second,
+		StatusWorkers:             16,
+		StatusController:          true,
+		LeaderElection: componentbaseconfig.LeaderElectionConfiguration{
+			LeaderElect:       true,
+			LeaseDuration:     metav1.Duration{Duration: 15 * time.Second},
+			RenewDeadline:     metav1.Duration{Duration: 10 * time.Second},
+			RetryPeriod:       metav1.Duration{Duration: 2 * time.Second},
+			ResourceLock:      "leases",
+			ResourceName:      "mount-apiserver-status",
+			ResourceNamespace: "mount-apiserver",
+		},
 	}
 	o.Authorization.AlwaysAllowPaths = append(o.Authorization.AlwaysAllowPaths, "/version")
 	o.SecureServing.BindAddress = netutils.ParseIPSloppy("127.0.0.1")
@@ -118,6 +145,12 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 		"Bound of dial plus TLS handshake to a mount's target, for mounts without spec.timeouts.connectSeconds.")
 	fs.IntVar(&o.ProxyMaxIdleConnsPerMount, "proxy-max-idle-conns-per-mount", o.ProxyMaxIdleConnsPerMount,
 		"Idle connections kept open to one mount's target.")
+	fs.StringVar(&o.ExternalBaseURL, "external-base-url", o.ExternalBaseURL,
+		"Externally reachable base URL of the mount proxies; status.URL is <base>/apis/mounts.kcp.io/v1alpha1/mounts/<name>/proxy. Defaults to the host cluster's server URL from --kubeconfig in delegated mode, and to this server's URL in standalone mode.")
+	fs.DurationVar(&o.StatusProbeInterval, "status-probe-interval", o.StatusProbeInterval,
+		"How often the status controller probes a healthy mount's target (with 20% jitter); failing targets are retried with per-mount backoff.")
+	fs.IntVar(&o.StatusWorkers, "status-workers", o.StatusWorkers, "Concurrent probes of the status controller.")
+	fs.BoolVar(&o.StatusController, "status-controller", o.StatusController, "Run the status controller, which probes every mount and writes its status. Turn it off where another process writes status.")
 	fs.Int64Var(&o.EmbeddedEtcdQuotaBackendBytes, "embedded-etcd-quota-backend-bytes", o.EmbeddedEtcdQuotaBackendBytes,
 		"Size limit of the embedded etcd's database in bytes; 0 takes etcd's default (2 GiB). Ignored with --etcd-servers.")
 	o.ServerRun.AddUniversalFlags(fss.FlagSet("generic"))
@@ -127,6 +160,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	o.Features.AddFlags(fss.FlagSet("features"))
 	o.Authentication.AddFlags(fss.FlagSet("delegated authentication"))
 	o.Authorization.AddFlags(fss.FlagSet("delegated authorization"))
+	componentbaseoptions.BindLeaderElectionFlags(&o.LeaderElection, fss.FlagSet("leader election"))
 	logsapi.AddFlags(o.Logs, fss.FlagSet("logs"))
 	return fss
 }
@@ -208,6 +242,17 @@ func (o CompletedOptions) Validate() error {
 	}
 	if o.Delegated && o.SecretsKubeconfig != "" {
 		errs = append(errs, errors.New("--secrets-kubeconfig is for standalone mode; in delegated mode the host cluster holds the Secrets"))
+	}
+	if o.ExternalBaseURL != "" {
+		if u, err := url.Parse(o.ExternalBaseURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.RawQuery != "" || u.User != nil {
+			errs = append(errs, fmt.Errorf("--external-base-url %q must be an absolute http(s) URL without query or credentials", o.ExternalBaseURL))
+		}
+	}
+	if o.StatusProbeInterval < time.Second {
+		errs = append(errs, errors.New("--status-probe-interval must be at least 1s"))
+	}
+	if o.StatusWorkers < 1 {
+		errs = append(errs, errors.New("--status-workers must be at least 1"))
 	}
 	if o.ProxyConnectTimeout <= 0 {
 		errs = append(errs, errors.New("--proxy-connect-timeout must be positive"))

@@ -1,0 +1,105 @@
+package apiserver
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/google/uuid"
+	corev1 "k8s.io/api/core/v1"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/tools/record"
+	componentbaseconfig "k8s.io/component-base/config"
+	"k8s.io/klog/v2"
+
+	"github.com/kcp-dev/mount-apiserver/pkg/controller/status"
+	clientset "github.com/kcp-dev/mount-apiserver/pkg/generated/clientset/versioned"
+	informers "github.com/kcp-dev/mount-apiserver/pkg/generated/informers/externalversions"
+	"github.com/kcp-dev/mount-apiserver/pkg/proxy"
+)
+
+// StatusConfig configures the status controller.
+type StatusConfig struct {
+	// Enabled runs the controller.
+	Enabled bool
+	status.Options
+	// LeaderElection elects one replica to write status. Used only with a host cluster,
+	// which holds the Lease; a standalone server is alone.
+	LeaderElection componentbaseconfig.LeaderElectionConfiguration
+}
+
+// startStatusController is the post-start hook that runs the status controller on the
+// server's own API through the loopback client.
+func startStatusController(cfg StatusConfig, proxier *proxy.Proxier, host kubernetes.Interface) genericapiserver.PostStartHookFunc {
+	return func(hookCtx genericapiserver.PostStartHookContext) error {
+		logger := klog.FromContext(hookCtx).WithName(status.ControllerName)
+		client, err := clientset.NewForConfig(hookCtx.LoopbackClientConfig)
+		if err != nil {
+			return fmt.Errorf("creating loopback client: %w", err)
+		}
+		factory := informers.NewSharedInformerFactory(client, 0)
+		var recorder record.EventRecorder
+		if host != nil {
+			broadcaster := record.NewBroadcaster(record.WithContext(hookCtx))
+			broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: host.CoreV1().Events("")})
+			recorder = broadcaster.NewRecorder(Scheme, corev1.EventSource{Component: "mount-apiserver"})
+			go func() { <-hookCtx.Done(); broadcaster.Shutdown() }()
+		}
+		ctrl, err := status.New(client, factory.Mounts().V1alpha1().Mounts(), proxier, recorder, cfg.Options)
+		if err != nil {
+			return err
+		}
+		if ws, ok := proxier.Secrets.(*proxy.WatchedSecrets); ok {
+			ws.OnChange(ctrl.SecretChanged)
+		}
+		factory.Start(hookCtx.Done())
+
+		ctx := klog.NewContext(hookCtx, logger)
+		if host == nil || !cfg.LeaderElection.LeaderElect {
+			go ctrl.Run(ctx)
+			return nil
+		}
+		go runElected(ctx, host, cfg.LeaderElection, ctrl.Run)
+		return nil
+	}
+}
+
+// runElected runs run while this replica holds the Lease, campaigning again when it loses it,
+// until ctx ends.
+func runElected(ctx context.Context, host kubernetes.Interface, le componentbaseconfig.LeaderElectionConfiguration, run func(context.Context)) {
+	logger := klog.FromContext(ctx)
+	hostname, _ := os.Hostname()
+	id := strings.TrimSuffix(hostname, ".") + "_" + uuid.NewString()
+	lock, err := resourcelock.New(le.ResourceLock, le.ResourceNamespace, le.ResourceName, host.CoreV1(), host.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: id})
+	if err != nil {
+		logger.Error(err, "Cannot create the leader election lock; the status controller does not run")
+		return
+	}
+	for ctx.Err() == nil {
+		elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+			Lock:            lock,
+			LeaseDuration:   le.LeaseDuration.Duration,
+			RenewDeadline:   le.RenewDeadline.Duration,
+			RetryPeriod:     le.RetryPeriod.Duration,
+			ReleaseOnCancel: true,
+			Name:            status.ControllerName,
+			Callbacks: leaderelection.LeaderCallbacks{
+				OnStartedLeading: func(ctx context.Context) {
+					logger.Info("Leading: writing mount status", "identity", id)
+					run(ctx)
+				},
+				OnStoppedLeading: func() { logger.Info("Stopped leading", "identity", id) },
+			},
+		})
+		if err != nil {
+			logger.Error(err, "Invalid leader election configuration; the status controller does not run")
+			return
+		}
+		elector.Run(ctx)
+	}
+}

@@ -1,0 +1,275 @@
+package status
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
+	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
+	clientset "github.com/kcp-dev/mount-apiserver/pkg/generated/clientset/versioned"
+	mountinformers "github.com/kcp-dev/mount-apiserver/pkg/generated/informers/externalversions/mounts/v1alpha1"
+	mountlisters "github.com/kcp-dev/mount-apiserver/pkg/generated/listers/mounts/v1alpha1"
+	"github.com/kcp-dev/mount-apiserver/pkg/proxy"
+
+	// Registers the workqueue metrics (depth, latency, retries) in the legacy registry.
+	_ "k8s.io/component-base/metrics/prometheus/workqueue"
+)
+
+// ControllerName names the queue, the field manager of status writes, and the event source.
+const ControllerName = "mount-status"
+
+const secretIndex = "secret"
+
+// Prober probes a mount's target.
+type Prober interface {
+	Probe(ctx context.Context, m *mounts.Mount) proxy.ProbeResult
+}
+
+// Options tune the controller.
+type Options struct {
+	// BaseURL is the externally reachable URL of this server (or of the host that aggregates
+	// it); status.URL is the mount's proxy path below it.
+	BaseURL string
+	// Interval is how often a mount is probed again; each mount gets 20% jitter.
+	Interval time.Duration
+	// Workers bounds concurrent probes.
+	Workers int
+}
+
+// Controller keeps the status of every Mount.
+type Controller struct {
+	client   clientset.Interface
+	lister   mountlisters.MountLister
+	indexer  cache.Indexer
+	synced   cache.InformerSynced
+	queue    workqueue.TypedRateLimitingInterface[string]
+	prober   Prober
+	recorder record.EventRecorder
+	opts     Options
+	metrics  *Metrics
+
+	mu     sync.Mutex
+	phases map[string]v1alpha1.MountPhase
+}
+
+// New returns a controller over informer; recorder may be nil (standalone mode: no events).
+func New(client clientset.Interface, informer mountinformers.MountInformer, prober Prober, recorder record.EventRecorder, opts Options) (*Controller, error) {
+	if opts.Interval <= 0 {
+		opts.Interval = 30 * time.Second
+	}
+	if opts.Workers <= 0 {
+		opts.Workers = 8
+	}
+	c := &Controller{
+		client:   client,
+		lister:   informer.Lister(),
+		indexer:  informer.Informer().GetIndexer(),
+		synced:   informer.Informer().HasSynced,
+		prober:   prober,
+		recorder: recorder,
+		opts:     opts,
+		metrics:  DefaultMetrics(),
+		phases:   map[string]v1alpha1.MountPhase{},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			// Per-mount backoff for failing targets: 1 s doubling to 2 min.
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Second, 2*time.Minute),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "mount_status"}),
+	}
+	if err := informer.Informer().AddIndexers(cache.Indexers{secretIndex: func(obj any) ([]string, error) {
+		m, ok := obj.(*v1alpha1.Mount)
+		if !ok || m.Spec.Type != v1alpha1.MountTypeURL {
+			return nil, nil
+		}
+		return []string{m.Spec.Ref.Namespace + "/" + m.Spec.Ref.Name}, nil
+	}}); err != nil {
+		return nil, fmt.Errorf("adding secret index: %w", err)
+	}
+	if _, err := informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: c.enqueue,
+		UpdateFunc: func(oldObj, newObj any) {
+			o, n := oldObj.(*v1alpha1.Mount), newObj.(*v1alpha1.Mount)
+			// Our own status writes change neither; a spec change or a status reset does.
+			if o.Generation != n.Generation || n.Status.ObservedGeneration != n.Generation || n.Status.Phase == "" {
+				c.enqueue(n)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if m, ok := obj.(*v1alpha1.Mount); ok {
+				c.setPhase(m.Name, "")
+			}
+		},
+	}); err != nil {
+		return nil, fmt.Errorf("adding event handler: %w", err)
+	}
+	return c, nil
+}
+
+func (c *Controller) enqueue(obj any) {
+	if m, ok := obj.(*v1alpha1.Mount); ok {
+		c.queue.Add(m.Name)
+	}
+}
+
+// SecretChanged re-probes at once every mount that references the Secret.
+func (c *Controller) SecretChanged(namespace, name string) {
+	objs, err := c.indexer.ByIndex(secretIndex, namespace+"/"+name)
+	if err != nil {
+		return
+	}
+	for _, obj := range objs {
+		c.enqueue(obj)
+	}
+}
+
+// Run works the queue until ctx ends.
+func (c *Controller) Run(ctx context.Context) {
+	defer utilruntime.HandleCrash()
+	defer c.queue.ShutDown()
+	logger := klog.FromContext(ctx).WithName(ControllerName)
+	ctx = klog.NewContext(ctx, logger)
+	logger.Info("Starting status controller", "workers", c.opts.Workers, "interval", c.opts.Interval)
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced) {
+		return
+	}
+	var wg sync.WaitGroup
+	for range c.opts.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for c.processNext(ctx) {
+			}
+		}()
+	}
+	<-ctx.Done()
+	c.queue.ShutDown()
+	wg.Wait()
+	logger.Info("Stopped status controller")
+}
+
+func (c *Controller) processNext(ctx context.Context) bool {
+	name, shutdown := c.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer c.queue.Done(name)
+	healthy, err := c.reconcile(ctx, name)
+	switch {
+	case err != nil:
+		klog.FromContext(ctx).V(2).Info("Reconciling mount failed; retrying", "mount", name, "err", err.Error())
+		c.queue.AddRateLimited(name)
+	case healthy:
+		c.queue.Forget(name)
+		c.queue.AddAfter(name, wait.Jitter(c.opts.Interval, 0.2))
+	default:
+		// Failing targets are probed again with per-mount backoff.
+		c.queue.AddRateLimited(name)
+	}
+	return true
+}
+
+// reconcile probes one mount and writes its status if it changed. It reports whether the
+// target is healthy (ordinary interval) or not (backoff).
+func (c *Controller) reconcile(ctx context.Context, name string) (bool, error) {
+	m, err := c.lister.Get(name)
+	if apierrors.IsNotFound(err) {
+		c.queue.Forget(name)
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	url := ProxyURL(c.opts.BaseURL, m.Name)
+	now := metav1.Now()
+
+	if m.Status.Phase == "" {
+		// First seen: say so before probing, which can take the connect timeout.
+		if err := c.write(ctx, m, initialStatus(m, url, now)); err != nil {
+			return false, err
+		}
+		m, err = c.lister.Get(name)
+		if err != nil {
+			return false, err
+		}
+		m = m.DeepCopy()
+		m.Status = initialStatus(m, url, now)
+	}
+
+	internal := &mounts.Mount{}
+	if err := v1alpha1.Convert_v1alpha1_Mount_To_mounts_Mount(m, internal, nil); err != nil {
+		return false, fmt.Errorf("converting mount: %w", err)
+	}
+	start := time.Now()
+	result := c.prober.Probe(ctx, internal)
+	c.metrics.probed(result, time.Since(start))
+	status := computeStatus(m, result, url, now)
+	if err := c.write(ctx, m, status); err != nil {
+		return false, err
+	}
+	return status.Phase == v1alpha1.MountPhaseReady, nil
+}
+
+// write updates the status when it differs, and records the phase transition.
+func (c *Controller) write(ctx context.Context, m *v1alpha1.Mount, status v1alpha1.MountStatus) error {
+	if apiequality.Semantic.DeepEqual(m.Status, status) {
+		c.setPhase(m.Name, status.Phase)
+		return nil
+	}
+	updated := m.DeepCopy()
+	updated.Status = status
+	if _, err := c.client.MountsV1alpha1().Mounts().UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: ControllerName}); err != nil {
+		return fmt.Errorf("updating status of mount %s: %w", m.Name, err)
+	}
+	c.metrics.writes.Inc()
+	c.setPhase(m.Name, status.Phase)
+	if m.Status.Phase != status.Phase {
+		klog.FromContext(ctx).V(2).Info("Mount changed phase", "mount", m.Name, "from", m.Status.Phase, "to", status.Phase)
+		c.event(updated, m.Status.Phase, status)
+	}
+	return nil
+}
+
+func (c *Controller) event(m *v1alpha1.Mount, from v1alpha1.MountPhase, status v1alpha1.MountStatus) {
+	if c.recorder == nil {
+		return
+	}
+	eventType, message := "Normal", fmt.Sprintf("Phase %s -> %s", from, status.Phase)
+	for _, cond := range status.Conditions {
+		if cond.Type == v1alpha1.ConditionReady {
+			message += ": " + cond.Message
+		}
+	}
+	if status.Phase == v1alpha1.MountPhaseUnknown || status.Phase == v1alpha1.MountPhaseConnecting && from != v1alpha1.MountPhaseInitializing && from != "" {
+		eventType = "Warning"
+	}
+	c.recorder.Event(m, eventType, string(status.Phase), message)
+}
+
+func (c *Controller) setPhase(name string, phase v1alpha1.MountPhase) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old, had := c.phases[name]
+	if had && old == phase {
+		return
+	}
+	if had {
+		c.metrics.phases.WithLabelValues(string(old)).Dec()
+	}
+	if phase == "" {
+		delete(c.phases, name)
+		return
+	}
+	c.phases[name] = phase
+	c.metrics.phases.WithLabelValues(string(phase)).Inc()
+}

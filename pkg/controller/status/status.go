@@ -1,0 +1,82 @@
+package status
+
+import (
+	"errors"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
+	"github.com/kcp-dev/mount-apiserver/pkg/proxy"
+)
+
+// Condition reasons besides the proxy's credential reasons.
+const (
+	ReasonResolved              = "Resolved"
+	ReasonProbeSucceeded        = "ProbeSucceeded"
+	ReasonProbeFailed           = "ProbeFailed"
+	ReasonCredentialsUnresolved = "CredentialsNotResolved"
+	ReasonNotChecked            = "NotChecked"
+)
+
+// ProxyURL is the URL at which a mount's proxy is served below base.
+func ProxyURL(base, name string) string {
+	return base + "/apis/mounts.kcp.io/v1alpha1/mounts/" + name + "/proxy"
+}
+
+// initialStatus is the status of a mount first seen: Initializing, conditions Unknown.
+func initialStatus(m *v1alpha1.Mount, url string, now metav1.Time) v1alpha1.MountStatus {
+	s := m.Status.DeepCopy()
+	s.Phase = v1alpha1.MountPhaseInitializing
+	s.URL = url
+	s.ObservedGeneration = m.Generation
+	for _, t := range []string{v1alpha1.ConditionCredentialsResolved, v1alpha1.ConditionTargetReachable, v1alpha1.ConditionReady} {
+		setCondition(s, t, metav1.ConditionUnknown, ReasonNotChecked, "The mount has not been checked yet.", m.Generation, now)
+	}
+	return *s
+}
+
+// computeStatus derives the status from a probe: Ready when the target answered; otherwise
+// Unknown for a mount that was Ready (or already Unknown), Connecting for one that never was.
+func computeStatus(m *v1alpha1.Mount, r proxy.ProbeResult, url string, now metav1.Time) v1alpha1.MountStatus {
+	s := m.Status.DeepCopy()
+	s.URL = url
+	s.ObservedGeneration = m.Generation
+	gen := m.Generation
+
+	switch {
+	case r.CredentialsErr != nil:
+		reason := proxy.ReasonSecretUnavailable
+		var ce *proxy.CredentialsError
+		if errors.As(r.CredentialsErr, &ce) {
+			reason = ce.Reason
+		}
+		setCondition(s, v1alpha1.ConditionCredentialsResolved, metav1.ConditionFalse, reason, r.CredentialsErr.Error(), gen, now)
+		setCondition(s, v1alpha1.ConditionTargetReachable, metav1.ConditionUnknown, ReasonCredentialsUnresolved, "The target is not probed until its credentials resolve.", gen, now)
+		setCondition(s, v1alpha1.ConditionReady, metav1.ConditionFalse, reason, r.CredentialsErr.Error(), gen, now)
+	case r.ReachErr != nil:
+		setCondition(s, v1alpha1.ConditionCredentialsResolved, metav1.ConditionTrue, ReasonResolved, "The kubeconfig of the referenced Secret is usable.", gen, now)
+		setCondition(s, v1alpha1.ConditionTargetReachable, metav1.ConditionFalse, ReasonProbeFailed, r.ReachErr.Error(), gen, now)
+		setCondition(s, v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonProbeFailed, r.ReachErr.Error(), gen, now)
+	default:
+		setCondition(s, v1alpha1.ConditionCredentialsResolved, metav1.ConditionTrue, ReasonResolved, "The kubeconfig of the referenced Secret is usable.", gen, now)
+		setCondition(s, v1alpha1.ConditionTargetReachable, metav1.ConditionTrue, ReasonProbeSucceeded, "GET "+r.Path+" answered 200.", gen, now)
+		setCondition(s, v1alpha1.ConditionReady, metav1.ConditionTrue, ReasonProbeSucceeded, "Requests through the mount reach its target.", gen, now)
+		s.Phase = v1alpha1.MountPhaseReady
+		return *s
+	}
+	if m.Status.Phase == v1alpha1.MountPhaseReady || m.Status.Phase == v1alpha1.MountPhaseUnknown {
+		s.Phase = v1alpha1.MountPhaseUnknown
+	} else {
+		s.Phase = v1alpha1.MountPhaseConnecting
+	}
+	return *s
+}
+
+// setCondition sets a condition; the transition time changes only with the status, so an
+// unchanged probe result changes nothing and causes no write.
+func setCondition(s *v1alpha1.MountStatus, t string, status metav1.ConditionStatus, reason, message string, gen int64, now metav1.Time) {
+	meta.SetStatusCondition(&s.Conditions, metav1.Condition{
+		Type: t, Status: status, Reason: reason, Message: message, ObservedGeneration: gen, LastTransitionTime: now,
+	})
+}
