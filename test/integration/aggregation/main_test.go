@@ -12,6 +12,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/kcp-dev/mount-apiserver/pkg/cmd/server/options"
 	"github.com/kcp-dev/mount-apiserver/test/integration/framework"
 )
 
@@ -48,7 +49,8 @@ func run(m *testing.M) int {
 	}
 	defer kube.Stop()
 	kubeReady := time.Since(start)
-	if agg, err = framework.StartAggregated(ctx, kube, dir, nil); err != nil {
+	// Probe healthy mounts every 2 s so status tests see changes quickly.
+	if agg, err = framework.StartAggregated(ctx, kube, dir, func(o *options.Options) { o.StatusProbeInterval = 2 * time.Second }); err != nil {
 		fmt.Fprintf(os.Stderr, "%v\nkube-apiserver log:\n%s\n", err, tail(kube.Log(), 60))
 		return 1
 	}

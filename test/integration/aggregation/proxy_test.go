@@ -263,7 +263,7 @@ func TestProxyImpersonatesTheCaller(t *testing.T) {
 // recording target: only the mount's token and the impersonation of the real caller arrive.
 func TestProxyHeaders(t *testing.T) {
 	setupProxy(t)
-	target, err := framework.StartRecordingServer("127.0.0.1:0")
+	target, err := framework.StartRecordingServer("127.0.0.1:0", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -477,7 +477,7 @@ func TestProxyRotationDeletionAndOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	down, err := framework.StartRecordingServer("127.0.0.1:0")
+	down, err := framework.StartRecordingServer("127.0.0.1:0", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -502,7 +502,7 @@ func TestProxyRotationDeletionAndOutage(t *testing.T) {
 	}
 
 	// The target comes up on that port: the next request works, no restart.
-	up, err := framework.StartRecordingServer(fmt.Sprintf("127.0.0.1:%d", port))
+	up, err := framework.StartRecordingServer(fmt.Sprintf("127.0.0.1:%d", port), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -520,7 +520,7 @@ func TestProxyRotationDeletionAndOutage(t *testing.T) {
 	})
 
 	// A target whose certificate does not verify against the kubeconfig's CA: 502.
-	other, err := framework.StartRecordingServer("127.0.0.1:0")
+	other, err := framework.StartRecordingServer("127.0.0.1:0", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -638,7 +638,7 @@ func TestSecretReferenceNeedsReadAccess(t *testing.T) {
 func TestProxyTimeouts(t *testing.T) {
 	setupProxy(t)
 	ctx := context.Background()
-	target, err := framework.StartRecordingServer("127.0.0.1:0")
+	target, err := framework.StartRecordingServer("127.0.0.1:0", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

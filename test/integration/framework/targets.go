@@ -41,11 +41,15 @@ type RecordingServer struct {
 	requests []*http.Request
 }
 
-// StartRecordingServer starts a recording server on addr ("127.0.0.1:0" for any port).
-func StartRecordingServer(addr string) (*RecordingServer, error) {
-	ca, err := pki.NewCA("recording-ca")
-	if err != nil {
-		return nil, err
+// StartRecordingServer starts a recording server on addr ("127.0.0.1:0" for any port) with
+// a serving certificate of ca; nil makes a new CA. Passing the CA of an earlier server lets a
+// test restart "the same" target on the same port.
+func StartRecordingServer(addr string, ca *pki.CA) (*RecordingServer, error) {
+	if ca == nil {
+		var err error
+		if ca, err = pki.NewCA("recording-ca"); err != nil {
+			return nil, err
+		}
 	}
 	cert, key, err := ca.Issue(&x509.Certificate{
 		Subject:     pkix.Name{CommonName: "recording-target"},

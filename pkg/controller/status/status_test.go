@@ -1,0 +1,87 @@
+package status
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
+	"github.com/kcp-dev/mount-apiserver/pkg/proxy"
+)
+
+func TestComputeStatus(t *testing.T) {
+	now := metav1.NewTime(time.Unix(1000, 0))
+	later := metav1.NewTime(time.Unix(2000, 0))
+	ok := proxy.ProbeResult{Path: "/readyz"}
+	unreachable := proxy.ProbeResult{ReachErr: errors.New("the mount's target 127.0.0.1:1 is unreachable: connection refused")}
+	noSecret := proxy.ProbeResult{CredentialsErr: &proxy.CredentialsError{Reason: proxy.ReasonSecretNotFound, Message: "its Secret a/b does not exist"}}
+	const url = "https://hub/apis/mounts.kcp.io/v1alpha1/mounts/m/proxy"
+
+	m := &v1alpha1.Mount{ObjectMeta: metav1.ObjectMeta{Name: "m", Generation: 3}}
+	m.Status = initialStatus(m, url, now)
+	if m.Status.Phase != v1alpha1.MountPhaseInitializing || m.Status.URL != url || m.Status.ObservedGeneration != 3 {
+		t.Fatalf("initial status: %+v", m.Status)
+	}
+
+	// Never ready, failing: Connecting.
+	s := computeStatus(m, noSecret, url, now)
+	if s.Phase != v1alpha1.MountPhaseConnecting {
+		t.Errorf("credentials failing on a new mount: phase %s", s.Phase)
+	}
+	if c := meta.FindStatusCondition(s.Conditions, v1alpha1.ConditionCredentialsResolved); c.Status != metav1.ConditionFalse || c.Reason != proxy.ReasonSecretNotFound {
+		t.Errorf("CredentialsResolved: %+v", c)
+	}
+	if c := meta.FindStatusCondition(s.Conditions, v1alpha1.ConditionTargetReachable); c.Status != metav1.ConditionUnknown {
+		t.Errorf("TargetReachable without credentials: %+v", c)
+	}
+
+	// Probe succeeds: Ready, all conditions True.
+	m.Status = computeStatus(m, ok, url, now)
+	if m.Status.Phase != v1alpha1.MountPhaseReady {
+		t.Fatalf("phase %s, want Ready", m.Status.Phase)
+	}
+	for _, c := range m.Status.Conditions {
+		if c.Status != metav1.ConditionTrue || c.ObservedGeneration != 3 {
+			t.Errorf("condition %+v", c)
+		}
+	}
+
+	// The same result later changes nothing: no write, transition times kept.
+	if again := computeStatus(m, ok, url, later); !equalStatus(again, m.Status) {
+		t.Errorf("an unchanged probe changed the status:\n%+v\n%+v", again, m.Status)
+	}
+
+	// A Ready mount stops answering: Unknown, with the reason and a new transition time.
+	s = computeStatus(m, unreachable, url, later)
+	if s.Phase != v1alpha1.MountPhaseUnknown {
+		t.Errorf("Ready mount unreachable: phase %s, want Unknown", s.Phase)
+	}
+	c := meta.FindStatusCondition(s.Conditions, v1alpha1.ConditionTargetReachable)
+	if c.Status != metav1.ConditionFalse || c.Reason != ReasonProbeFailed || c.Message != unreachable.ReachErr.Error() || !c.LastTransitionTime.Equal(&later) {
+		t.Errorf("TargetReachable: %+v", c)
+	}
+	m.Status = s
+	// Still failing: stays Unknown; answering again: Ready.
+	if s := computeStatus(m, unreachable, url, later); s.Phase != v1alpha1.MountPhaseUnknown {
+		t.Errorf("phase %s, want Unknown", s.Phase)
+	}
+	if s := computeStatus(m, ok, url, later); s.Phase != v1alpha1.MountPhaseReady {
+		t.Errorf("phase %s, want Ready", s.Phase)
+	}
+}
+
+func equalStatus(a, b v1alpha1.MountStatus) bool {
+	if a.Phase != b.Phase || a.URL != b.URL || a.ObservedGeneration != b.ObservedGeneration || len(a.Conditions) != len(b.Conditions) {
+		return false
+	}
+	for i := range a.Conditions {
+		x, y := a.Conditions[i], b.Conditions[i]
+		if x.Type != y.Type || x.Status != y.Status || x.Reason != y.Reason || x.Message != y.Message || !x.LastTransitionTime.Equal(&y.LastTransitionTime) {
+			return false
+		}
+	}
+	return true
+}
