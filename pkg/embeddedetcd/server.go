@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"k8s.io/klog/v2"
 )
 
@@ -28,6 +30,9 @@ type Server struct {
 	etcd *embed.Etcd
 	// ClientURL is the URL at which the server serves etcd clients.
 	ClientURL string
+	// logLevel lets Close silence etcd's own logs, which report the listeners closing on
+	// purpose as "serving failed" errors.
+	logLevel zap.AtomicLevel
 }
 
 // member name and the peer URL are constants, not per-start values: etcd stores them in its
@@ -41,6 +46,10 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	logger := klog.FromContext(ctx).WithName("embedded-etcd")
 	if err := os.MkdirAll(opts.Directory, 0o700); err != nil {
 		return nil, fmt.Errorf("creating etcd data directory: %w", err)
+	}
+	// Only this process may read the data, whoever created the directory.
+	if err := os.Chmod(opts.Directory, 0o700); err != nil {
+		return nil, fmt.Errorf("restricting etcd data directory: %w", err)
 	}
 
 	loopback := url.URL{Scheme: "http", Host: "127.0.0.1:0"}
@@ -56,10 +65,21 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	// speaks gRPC and does not need it.
 	cfg.EnableGRPCGateway = false
 	cfg.QuotaBackendBytes = opts.QuotaBackendBytes
-	cfg.LogLevel = opts.LogLevel
-	if cfg.LogLevel == "" {
-		cfg.LogLevel = "warn"
+	if opts.LogLevel == "" {
+		opts.LogLevel = "warn"
 	}
+	level, err := zap.ParseAtomicLevel(opts.LogLevel)
+	if err != nil {
+		return nil, fmt.Errorf("embedded etcd log level %q: %w", opts.LogLevel, err)
+	}
+	zapConfig := zap.NewProductionConfig()
+	zapConfig.Level = level
+	zapConfig.Sampling = nil
+	zapLogger, err := zapConfig.Build()
+	if err != nil {
+		return nil, fmt.Errorf("creating embedded etcd logger: %w", err)
+	}
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zapLogger)
 
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
@@ -82,7 +102,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		return nil, fmt.Errorf("embedded etcd did not start: %w", ctx.Err())
 	}
 
-	s := &Server{etcd: e, ClientURL: "http://" + e.Clients[0].Addr().String()}
+	s := &Server{etcd: e, ClientURL: "http://" + e.Clients[0].Addr().String(), logLevel: level}
 	logger.Info("Embedded etcd is ready", "dir", opts.Directory, "clientURL", s.ClientURL)
 	return s, nil
 }
@@ -92,6 +112,7 @@ func (s *Server) Close() {
 	if s == nil || s.etcd == nil {
 		return
 	}
+	s.logLevel.SetLevel(zapcore.FatalLevel)
 	s.etcd.Close()
 }
 
