@@ -34,6 +34,8 @@ type Proxier struct {
 	// Authorizer checks the extra "create" that upgrade requests need.
 	Authorizer authorizer.Authorizer
 	Metrics    *Metrics
+	// Probes shares health probe results between mounts of one target.
+	Probes *ProbeCache
 }
 
 // Reasons of a CredentialsError, also the reasons of the CredentialsResolved condition.
@@ -71,17 +73,16 @@ func (p *Proxier) Target(ctx context.Context, m *mounts.Mount) (*Target, error) 
 		}
 		return nil, &CredentialsError{ReasonSecretUnavailable, fmt.Sprintf("mount %q: %v", m.Name, err)}
 	}
-	var connect time.Duration
+	key := TargetKey{SecretNamespace: ref.Namespace, SecretName: ref.Name, SecretResourceVersion: secret.ResourceVersion, CABundle: string(m.Spec.CABundle)}
 	if t := m.Spec.Timeouts; t != nil && t.ConnectSeconds != nil {
-		connect = time.Duration(*t.ConnectSeconds) * time.Second
+		key.ConnectTimeout = time.Duration(*t.ConnectSeconds) * time.Second
 	}
-	target, err := p.Transports.Get(m.UID, m.Name, secret.ResourceVersion, m.Generation, connect, func() (*rest.Config, []byte, error) {
+	target, err := p.Transports.Get(m.UID, m.Name, key, func() (*rest.Config, error) {
 		data, ok := secret.Data[v1alpha1.SecretKeyKubeconfig]
 		if !ok {
-			return nil, nil, fmt.Errorf("%w: no key %q", ErrCredentials, v1alpha1.SecretKeyKubeconfig)
+			return nil, fmt.Errorf("%w: no key %q", ErrCredentials, v1alpha1.SecretKeyKubeconfig)
 		}
-		cfg, err := ConfigFromKubeconfig(data)
-		return cfg, m.Spec.CABundle, err
+		return ConfigFromKubeconfig(data)
 	})
 	if err != nil {
 		return nil, &CredentialsError{ReasonInvalidCredentials, fmt.Sprintf("mount %q: Secret %s/%s: %v", m.Name, ref.Namespace, ref.Name, err)}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
@@ -25,6 +26,53 @@ type ProbeResult struct {
 // probeTimeout bounds a probe beyond the connect timeout.
 const probeTimeout = 5 * time.Second
 
+// ProbeCache shares probe results between mounts of one target (one TargetKey) for TTL, so
+// 10,000 mounts of one cluster cost that cluster one probe per TTL instead of 10,000.
+type ProbeCache struct {
+	TTL time.Duration
+
+	mu      sync.Mutex
+	entries map[TargetKey]probeEntry
+}
+
+type probeEntry struct {
+	result ProbeResult
+	at     time.Time
+}
+
+func (c *ProbeCache) get(key TargetKey) (ProbeResult, bool) {
+	if c == nil || c.TTL <= 0 {
+		return ProbeResult{}, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.entries[key]
+	if !ok || time.Since(e.at) > c.TTL {
+		return ProbeResult{}, false
+	}
+	return e.result, true
+}
+
+func (c *ProbeCache) put(key TargetKey, r ProbeResult) {
+	if c == nil || c.TTL <= 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.entries == nil {
+		c.entries = map[TargetKey]probeEntry{}
+	}
+	now := time.Now()
+	if len(c.entries) > 1024 {
+		for k, e := range c.entries {
+			if now.Sub(e.at) > c.TTL {
+				delete(c.entries, k)
+			}
+		}
+	}
+	c.entries[key] = probeEntry{result: r, at: now}
+}
+
 // Probe resolves the Mount's credentials and asks its target /readyz, falling back to /version
 // for targets that do not serve /readyz to these credentials. It uses the cached transport of
 // the proxy with the mount's own credentials, so a working probe means working proxying.
@@ -33,6 +81,15 @@ func (p *Proxier) Probe(ctx context.Context, m *mounts.Mount) ProbeResult {
 	if err != nil {
 		return ProbeResult{CredentialsErr: err}
 	}
+	if r, ok := p.Probes.get(target.key); ok {
+		return r
+	}
+	r := p.probe(ctx, target)
+	p.Probes.put(target.key, r)
+	return r
+}
+
+func (p *Proxier) probe(ctx context.Context, target *Target) ProbeResult {
 	ctx, cancel := context.WithTimeout(ctx, target.ConnectTimeout+probeTimeout)
 	defer cancel()
 	var lastErr error

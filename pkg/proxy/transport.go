@@ -29,7 +29,8 @@ type Target struct {
 	transport      http.RoundTripper
 	upgradeAuth    http.RoundTripper
 	plain, upgrade *http.Transport
-	key            targetKey
+	key            TargetKey
+	users          int
 	lastUsed       time.Time
 }
 
@@ -44,10 +45,14 @@ func (t *Target) RoundTrippers(imp *transport.ImpersonationConfig) (http.RoundTr
 	return rt, utilproxy.NewUpgradeRequestRoundTripper(t.upgrade, upgradeAuth)
 }
 
-// targetKey identifies what a Target was built from: a change of any part rebuilds it.
-type targetKey struct {
-	secretResourceVersion string
-	mountGeneration       int64
+// TargetKey identifies what a Target is built from. Mounts with equal keys share one Target,
+// so 10,000 mounts of one cluster share one connection pool; any change of a part (a rotated
+// Secret, another CA override or connect timeout) means another Target.
+type TargetKey struct {
+	SecretNamespace, SecretName, SecretResourceVersion string
+	// CABundle is spec.caBundle as a string (comparable).
+	CABundle       string
+	ConnectTimeout time.Duration
 }
 
 // TransportOptions bound what the cache builds.
@@ -60,14 +65,16 @@ type TransportOptions struct {
 	IdleExpiry time.Duration
 }
 
-// Transports caches one Target per Mount, so requests reuse connections instead of dialing
-// per request, and rebuilds it when the Mount's spec or its Secret changes.
+// Transports caches Targets, so requests reuse connections instead of dialing per request: one
+// per TargetKey, shared by the mounts that have it, rebuilt when the Secret or the spec
+// changes the key.
 type Transports struct {
 	opts    TransportOptions
 	metrics *Metrics
 
 	mu      sync.Mutex
-	targets map[types.UID]*Target
+	targets map[TargetKey]*Target
+	mounts  map[types.UID]TargetKey
 }
 
 // NewTransports returns an empty cache.
@@ -81,48 +88,61 @@ func NewTransports(opts TransportOptions, metrics *Metrics) *Transports {
 	if opts.IdleExpiry == 0 {
 		opts.IdleExpiry = 10 * time.Minute
 	}
-	return &Transports{opts: opts, metrics: metrics, targets: map[types.UID]*Target{}}
+	return &Transports{opts: opts, metrics: metrics, targets: map[TargetKey]*Target{}, mounts: map[types.UID]TargetKey{}}
 }
 
-// Get returns the cached Target of a mount, or builds one with build when there is none or
-// it was built from another secret resourceVersion or mount generation.
-func (t *Transports) Get(uid types.UID, mountName, secretResourceVersion string, generation int64, connectTimeout time.Duration, build func() (*rest.Config, []byte, error)) (*Target, error) {
-	key := targetKey{secretResourceVersion: secretResourceVersion, mountGeneration: generation}
+// Get returns the Target of a mount: the cached one of its key, or one built with build. A
+// mount whose key changed (a rotated Secret, a changed spec) lets go of its old Target, which
+// closes when no mount uses it any more.
+func (t *Transports) Get(uid types.UID, mountName string, key TargetKey, build func() (*rest.Config, error)) (*Target, error) {
+	if key.ConnectTimeout == 0 {
+		key.ConnectTimeout = t.opts.ConnectTimeout
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if cur, ok := t.targets[uid]; ok {
-		if cur.key == key {
-			cur.lastUsed = time.Now()
-			return cur, nil
+	if old, ok := t.mounts[uid]; ok && old != key {
+		t.release(uid)
+	}
+	if cur, ok := t.targets[key]; ok {
+		if _, had := t.mounts[uid]; !had {
+			cur.users++
+			t.mounts[uid] = key
 		}
-		// Rotated credentials or a changed spec: connections made with the old ones go.
-		cur.close()
-		delete(t.targets, uid)
+		cur.lastUsed = time.Now()
+		return cur, nil
 	}
-	cfg, caOverride, err := build()
+	cfg, err := build()
 	if err != nil {
 		return nil, err
 	}
-	if connectTimeout == 0 {
-		connectTimeout = t.opts.ConnectTimeout
-	}
-	target, err := t.newTarget(mountName, cfg, caOverride, connectTimeout)
+	target, err := t.newTarget(mountName, cfg, []byte(key.CABundle), key.ConnectTimeout)
 	if err != nil {
 		return nil, err
 	}
-	target.key = key
-	target.lastUsed = time.Now()
-	t.targets[uid] = target
+	target.key, target.users, target.lastUsed = key, 1, time.Now()
+	t.targets[key] = target
+	t.mounts[uid] = key
 	return target, nil
 }
 
-// Forget drops the Target of a deleted mount and closes its idle connections.
+// Forget lets go of a deleted mount's Target, closing it when no other mount uses it.
 func (t *Transports) Forget(uid types.UID) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if cur, ok := t.targets[uid]; ok {
-		cur.close()
-		delete(t.targets, uid)
+	t.release(uid)
+}
+
+func (t *Transports) release(uid types.UID) {
+	key, ok := t.mounts[uid]
+	if !ok {
+		return
+	}
+	delete(t.mounts, uid)
+	if cur, ok := t.targets[key]; ok {
+		if cur.users--; cur.users <= 0 {
+			cur.close()
+			delete(t.targets, key)
+		}
 	}
 }
 
@@ -144,10 +164,15 @@ func (t *Transports) Run(ctx context.Context) {
 			return
 		case now := <-ticker.C:
 			t.mu.Lock()
-			for uid, target := range t.targets {
+			for key, target := range t.targets {
 				if now.Sub(target.lastUsed) > t.opts.IdleExpiry {
 					target.close()
-					delete(t.targets, uid)
+					delete(t.targets, key)
+				}
+			}
+			for uid, key := range t.mounts {
+				if _, ok := t.targets[key]; !ok {
+					delete(t.mounts, uid)
 				}
 			}
 			t.mu.Unlock()

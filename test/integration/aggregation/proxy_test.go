@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
@@ -618,17 +619,23 @@ func TestSecretReferenceNeedsReadAccess(t *testing.T) {
 		return err
 	})
 
-	// Labels change freely; pointing at a Secret henry may not read does not.
-	m, err := henry.Get(ctx, "henrys", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
+	// Labels change freely; pointing at a Secret henry may not read does not. The status
+	// controller writes the same object, so updates retry on conflict as clients do.
+	update := func(change func(*v1alpha1.Mount)) error {
+		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			m, err := henry.Get(ctx, "henrys", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			change(m)
+			_, err = henry.Update(ctx, m, metav1.UpdateOptions{})
+			return err
+		})
 	}
-	m.Labels = map[string]string{"owner": "henry"}
-	if m, err = henry.Update(ctx, m, metav1.UpdateOptions{}); err != nil {
+	if err := update(func(m *v1alpha1.Mount) { m.Labels = map[string]string{"owner": "henry"} }); err != nil {
 		t.Fatalf("label update: %v", err)
 	}
-	m.Spec.Ref.Name = "recording"
-	if _, err := henry.Update(ctx, m, metav1.UpdateOptions{}); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "clusters/recording") {
+	if err := update(func(m *v1alpha1.Mount) { m.Spec.Ref.Name = "recording" }); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "clusters/recording") {
 		t.Errorf("reference change to an unreadable Secret: %v", err)
 	}
 }

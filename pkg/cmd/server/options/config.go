@@ -98,6 +98,8 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 			MaxIdleConnsPerMount: o.ProxyMaxIdleConnsPerMount,
 		}, proxy.DefaultMetrics()),
 		Metrics: proxy.DefaultMetrics(),
+		// Mounts of one target share a probe result for a third of the probe interval.
+		Probes: &proxy.ProbeCache{TTL: o.StatusProbeInterval / 3},
 	}
 
 	namer := openapinamer.NewDefinitionNamer(mountapiserver.Scheme)
