@@ -11,6 +11,7 @@ import (
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
@@ -38,7 +39,11 @@ type StatusConfig struct {
 func startStatusController(cfg StatusConfig, proxier *proxy.Proxier, host kubernetes.Interface) genericapiserver.PostStartHookFunc {
 	return func(hookCtx genericapiserver.PostStartHookContext) error {
 		logger := klog.FromContext(hookCtx).WithName(status.ControllerName)
-		client, err := clientset.NewForConfig(hookCtx.LoopbackClientConfig)
+		// Status writes go to this very server, which max-in-flight protects; the loopback
+		// default of 50 QPS would take minutes for the first writes of 10,000 mounts.
+		loopback := rest.CopyConfig(hookCtx.LoopbackClientConfig)
+		loopback.QPS, loopback.Burst = 500, 1000
+		client, err := clientset.NewForConfig(loopback)
 		if err != nil {
 			return fmt.Errorf("creating loopback client: %w", err)
 		}

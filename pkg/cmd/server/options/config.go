@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	openapinamer "k8s.io/apiserver/pkg/endpoints/openapi"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+	"k8s.io/apiserver/pkg/server/healthz"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -166,10 +168,25 @@ func (o CompletedOptions) applyDelegated(cfg *mountapiserver.Config, ca *pki.PKI
 	if err := o.Authorization.ApplyTo(&generic.Authorization); err != nil {
 		return fmt.Errorf("applying delegated authorization options: %w", err)
 	}
+	// The client CAs come from a ConfigMap through an informer that syncs only after serving
+	// starts; until then TLS asks for certificates of no CA, clients send none and are served
+	// (and, over a kept HTTP/2 connection, stay) anonymous. Not ready until they are loaded.
+	if clientCA := generic.SecureServing.ClientCA; clientCA != nil {
+		generic.AddReadyzChecks(healthz.NamedCheck("delegated-client-ca", func(*http.Request) error {
+			if len(clientCA.CurrentCABundleContent()) == 0 {
+				return fmt.Errorf("client CAs of kube-system/extension-apiserver-authentication are not loaded yet")
+			}
+			return nil
+		}))
+	}
 	hostConfig, err := o.hostConfig()
 	if err != nil {
 		return err
 	}
+	// Every create and reference change of a URL mount costs a SubjectAccessReview through this
+	// client, besides Secret watches, events and the Lease: client-go's default 5 QPS would
+	// make the host client the bottleneck of the whole server.
+	hostConfig.QPS, hostConfig.Burst = 100, 200
 	if cfg.Extra.HostClient, err = kubernetes.NewForConfig(hostConfig); err != nil {
 		return fmt.Errorf("creating host cluster client: %w", err)
 	}

@@ -1,0 +1,356 @@
+// Command scale measures the status controller at scale: a mount-apiserver process (delegated
+// mode, embedded etcd) against a real host kube-apiserver, with N Mounts of which most point at
+// one real remote kube-apiserver and some at an unreachable address. It reports the time until
+// all reachable mounts are Ready, the server's RSS, the latency of a LIST of all mounts, and
+// status writes per minute in steady state.
+//
+//	go run ./test/bench/scale [-mounts 10000] [-unreachable-percent 1]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+
+	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
+	"github.com/kcp-dev/mount-apiserver/pkg/cmd/server/options"
+	clientset "github.com/kcp-dev/mount-apiserver/pkg/generated/clientset/versioned"
+	"github.com/kcp-dev/mount-apiserver/test/integration/framework"
+)
+
+func main() {
+	n := flag.Int("mounts", 10000, "number of mounts")
+	unreachablePercent := flag.Int("unreachable-percent", 1, "percentage of mounts whose target is unreachable")
+	steady := flag.Duration("steady", time.Minute, "how long to count status writes once all mounts are Ready")
+	flag.StringVar(&heapProfile, "heapprofile", "", "write the server's heap profile (in use) after the steady state to this file")
+	flag.BoolVar(&externalEtcd, "external-etcd", false, "run etcd as its own process (--etcd-servers), to report the server's and etcd's RSS apart")
+	flag.Parse()
+	if err := run(*n, *unreachablePercent, *steady); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+var (
+	externalEtcd bool
+	heapProfile  string
+)
+
+func run(n, unreachablePercent int, steady time.Duration) error {
+	ctx := klog.NewContext(context.Background(), klog.Background())
+	dir, err := os.MkdirTemp("", "mount-scale-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	host, err := framework.StartKubeAPIServer(ctx, dir)
+	if err != nil {
+		return err
+	}
+	defer host.Stop()
+	// Applies the bundle and yields the service account kubeconfig; this in-process server
+	// itself stays idle (no status controller).
+	agg, err := framework.StartAggregated(ctx, host, dir, func(o *options.Options) { o.StatusController = false; o.Audit.LogOptions.Path = "" })
+	if err != nil {
+		return err
+	}
+	defer func() { _ = agg.Stop() }()
+	remoteDir, err := os.MkdirTemp(dir, "remote-")
+	if err != nil {
+		return err
+	}
+	remote, err := framework.StartKubeAPIServer(ctx, remoteDir)
+	if err != nil {
+		return err
+	}
+	defer remote.Stop()
+	if err := secrets(ctx, host, remote); err != nil {
+		return err
+	}
+
+	bin := filepath.Join(dir, "mount-apiserver-binary")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/mount-apiserver")
+	build.Dir = framework.RepoRoot()
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build: %w\n%s", err, out)
+	}
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	root := filepath.Join(dir, "scale")
+	args := []string{"--kubeconfig", agg.Kubeconfig, "--root-directory", root, "--secure-port", strconv.Itoa(port),
+		"--leader-elect-resource-name", "scale-status", "--apiservice-name", ""}
+	etcdPid := 0
+	if externalEtcd {
+		url, pid, stop, err := startEtcd(dir)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		etcdPid = pid
+		args = append(args, "--etcd-servers", url)
+	}
+	server := exec.Command(bin, args...)
+	logFile, err := os.Create(filepath.Join(dir, "server.log"))
+	if err != nil {
+		return err
+	}
+	server.Stdout, server.Stderr = logFile, logFile
+	server.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := server.Start(); err != nil {
+		return err
+	}
+	defer func() { _ = server.Process.Signal(syscall.SIGTERM); _ = server.Wait() }()
+
+	admin := rest.CopyConfig(host.AdminConfig)
+	admin.Host = fmt.Sprintf("https://127.0.0.1:%d", port)
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		ca, err := os.ReadFile(filepath.Join(root, "pki", "ca.crt"))
+		if err != nil {
+			return false, nil
+		}
+		admin.CAData = ca
+		c, err := rest.HTTPClientFor(admin)
+		if err != nil {
+			return false, err
+		}
+		resp, err := c.Get(admin.Host + "/readyz")
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	}); err != nil {
+		return fmt.Errorf("server not ready: %w", err)
+	}
+	admin.QPS, admin.Burst = 5000, 10000
+	client, err := clientset.NewForConfig(admin)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("mount-apiserver pid %d, RSS idle %d MiB\n", server.Process.Pid, rssMiB(server.Process.Pid))
+
+	unreachable := n * unreachablePercent / 100
+	start := time.Now()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var createErr error
+	var once sync.Once
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				secret := "scale"
+				if i < unreachable {
+					secret = "unreachable"
+				}
+				m := &v1alpha1.Mount{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("m-%05d", i)},
+					Spec: v1alpha1.MountSpec{Ref: v1alpha1.ObjectReference{Namespace: "clusters", Name: secret}}}
+				if _, err := client.MountsV1alpha1().Mounts().Create(ctx, m, metav1.CreateOptions{}); err != nil {
+					once.Do(func() { createErr = err })
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if createErr != nil {
+		log, _ := os.ReadFile(logFile.Name())
+		return fmt.Errorf("%w\nserver log:\n%s", createErr, log)
+	}
+	fmt.Printf("created %d mounts (%d unreachable) in %v\n", n, unreachable, time.Since(start).Round(time.Millisecond))
+
+	var counts map[v1alpha1.MountPhase]int
+	if err := wait.PollUntilContextTimeout(ctx, 2*time.Second, 20*time.Minute, false, func(ctx context.Context) (bool, error) {
+		list, err := client.MountsV1alpha1().Mounts().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+		if err != nil {
+			return false, err
+		}
+		counts = map[v1alpha1.MountPhase]int{}
+		for _, m := range list.Items {
+			counts[m.Status.Phase]++
+		}
+		return counts[v1alpha1.MountPhaseReady] == n-unreachable, nil
+	}); err != nil {
+		return fmt.Errorf("waiting for Ready: %v (%v)", err, counts)
+	}
+	fmt.Printf("all %d reachable mounts Ready %v after the first create; phases %v\n", n-unreachable, time.Since(start).Round(time.Second), counts)
+	if etcdPid != 0 {
+		fmt.Printf("RSS with %d mounts: mount-apiserver %d MiB, etcd (own process) %d MiB\n", n, rssMiB(server.Process.Pid), rssMiB(etcdPid))
+	} else {
+		fmt.Printf("RSS with %d mounts: %d MiB (includes the embedded etcd)\n", n, rssMiB(server.Process.Pid))
+	}
+
+	for _, rv := range []string{"", "0"} {
+		var samples []time.Duration
+		for range 10 {
+			t0 := time.Now()
+			list, err := client.MountsV1alpha1().Mounts().List(ctx, metav1.ListOptions{ResourceVersion: rv})
+			if err != nil {
+				return err
+			}
+			samples = append(samples, time.Since(t0))
+			if len(list.Items) != n {
+				return fmt.Errorf("listed %d mounts, want %d", len(list.Items), n)
+			}
+		}
+		slices.Sort(samples)
+		fmt.Printf("LIST of all %d mounts (resourceVersion %q): p50 %v, max %v\n", n, rv, samples[len(samples)/2].Round(time.Millisecond), samples[len(samples)-1].Round(time.Millisecond))
+	}
+
+	w0, err := statusWrites(admin)
+	if err != nil {
+		return err
+	}
+	time.Sleep(steady)
+	w1, err := statusWrites(admin)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("status writes in steady state: %d in %v (%.1f per minute)\n", w1-w0, steady, float64(w1-w0)/steady.Minutes())
+	fmt.Printf("RSS after steady state: %d MiB\n", rssMiB(server.Process.Pid))
+	if heapProfile != "" {
+		c, err := rest.HTTPClientFor(admin)
+		if err != nil {
+			return err
+		}
+		resp, err := c.Get(admin.Host + "/debug/pprof/heap?gc=1")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		f, err := os.Create(heapProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if _, err := io.Copy(f, resp.Body); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func secrets(ctx context.Context, host, remote *framework.KubeAPIServer) error {
+	if _, err := host.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "clusters"}}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	creds, err := remote.UserConfig("mount-prober")
+	if err != nil {
+		return err
+	}
+	reachable, err := framework.KubeconfigBytes(creds)
+	if err != nil {
+		return err
+	}
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	down := rest.CopyConfig(creds)
+	down.Host = fmt.Sprintf("https://127.0.0.1:%d", port) // nothing listens there
+	unreachable, err := framework.KubeconfigBytes(down)
+	if err != nil {
+		return err
+	}
+	for name, data := range map[string][]byte{"scale": reachable, "unreachable": unreachable} {
+		if _, err := host.Client.CoreV1().Secrets("clusters").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string][]byte{"kubeconfig": data}}, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+var writesRE = regexp.MustCompile(`(?m)^mount_status_writes_total (\d+)`)
+
+func statusWrites(admin *rest.Config) (int, error) {
+	c, err := rest.HTTPClientFor(admin)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := c.Get(admin.Host + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	m := writesRE.FindSubmatch(body)
+	if m == nil {
+		return 0, fmt.Errorf("no mount_status_writes_total in /metrics")
+	}
+	return strconv.Atoi(string(m[1]))
+}
+
+func rssMiB(pid int) int {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "VmRSS:") {
+			kb, _ := strconv.Atoi(strings.Fields(line)[1])
+			return kb / 1024
+		}
+	}
+	return -1
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// startEtcd runs the etcd binary of hack/kube-binaries.sh on loopback ports.
+func startEtcd(dir string) (url string, pid int, stop func(), err error) {
+	bin, err := framework.KubeBinDir()
+	if err != nil {
+		return "", 0, nil, err
+	}
+	clientPort, err := freePort()
+	if err != nil {
+		return "", 0, nil, err
+	}
+	peerPort, err := freePort()
+	if err != nil {
+		return "", 0, nil, err
+	}
+	url = fmt.Sprintf("http://127.0.0.1:%d", clientPort)
+	peer := fmt.Sprintf("http://127.0.0.1:%d", peerPort)
+	cmd := exec.Command(filepath.Join(bin, "etcd"), "--data-dir", filepath.Join(dir, "etcd-data"),
+		"--listen-client-urls", url, "--advertise-client-urls", url,
+		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer, "--initial-cluster", "default="+peer, "--log-level", "warn")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return "", 0, nil, err
+	}
+	return url, cmd.Process.Pid, func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }, nil
+}
