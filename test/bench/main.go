@@ -14,7 +14,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -281,27 +280,8 @@ func listThroughput(c *http.Client, url string, n int) (float64, int64, error) {
 	return float64(total) / 1e6 / elapsed.Seconds(), total / int64(n), nil
 }
 
-var connectionsRE = regexp.MustCompile(`(?m)^mount_proxy_upstream_connections_total\{mount="bench"\} (\d+)`)
-
 func upstreamConnections(admin *rest.Config) (int, error) {
-	c, err := client(admin)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := c.Get(admin.Host + "/metrics")
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, err
-	}
-	m := connectionsRE.FindSubmatch(body)
-	if m == nil {
-		return 0, fmt.Errorf("no mount_proxy_upstream_connections_total for mount bench in /metrics")
-	}
-	return strconv.Atoi(string(m[1]))
+	return framework.Metric(admin, `mount_proxy_upstream_connections_total{mount="bench"}`)
 }
 
 // profile fetches a 3-second CPU profile from mount-apiserver's /debug/pprof.

@@ -1,7 +1,6 @@
 package status
 
 import (
-	"errors"
 	"sync"
 	"time"
 
@@ -48,12 +47,7 @@ func DefaultMetrics() *Metrics {
 func (m *Metrics) probed(r proxy.ProbeResult, elapsed time.Duration) {
 	switch {
 	case r.CredentialsErr != nil:
-		reason := proxy.ReasonSecretUnavailable
-		var ce *proxy.CredentialsError
-		if errors.As(r.CredentialsErr, &ce) {
-			reason = ce.Reason
-		}
-		m.failures.WithLabelValues(reason).Inc()
+		m.failures.WithLabelValues(credentialsReason(r.CredentialsErr)).Inc()
 	case r.ReachErr != nil:
 		m.failures.WithLabelValues(ReasonProbeFailed).Inc()
 	default:

@@ -46,11 +46,7 @@ func computeStatus(m *v1alpha1.Mount, r proxy.ProbeResult, url string, now metav
 
 	switch {
 	case r.CredentialsErr != nil:
-		reason := proxy.ReasonSecretUnavailable
-		var ce *proxy.CredentialsError
-		if errors.As(r.CredentialsErr, &ce) {
-			reason = ce.Reason
-		}
+		reason := credentialsReason(r.CredentialsErr)
 		setCondition(s, v1alpha1.ConditionCredentialsResolved, metav1.ConditionFalse, reason, r.CredentialsErr.Error(), gen, now)
 		setCondition(s, v1alpha1.ConditionTargetReachable, metav1.ConditionUnknown, ReasonCredentialsUnresolved, "The target is not probed until its credentials resolve.", gen, now)
 		setCondition(s, v1alpha1.ConditionReady, metav1.ConditionFalse, reason, r.CredentialsErr.Error(), gen, now)
@@ -79,4 +75,13 @@ func setCondition(s *v1alpha1.MountStatus, t string, status metav1.ConditionStat
 	meta.SetStatusCondition(&s.Conditions, metav1.Condition{
 		Type: t, Status: status, Reason: reason, Message: message, ObservedGeneration: gen, LastTransitionTime: now,
 	})
+}
+
+// credentialsReason is the condition reason of a credentials error.
+func credentialsReason(err error) string {
+	var ce *proxy.CredentialsError
+	if errors.As(err, &ce) {
+		return ce.Reason
+	}
+	return proxy.ReasonSecretUnavailable
 }

@@ -12,12 +12,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -94,7 +92,7 @@ func run(n, unreachablePercent int, steady time.Duration) error {
 	if out, err := build.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build: %w\n%s", err, out)
 	}
-	port, err := freePort()
+	port, err := framework.FreePort()
 	if err != nil {
 		return err
 	}
@@ -287,7 +285,7 @@ func secrets(ctx context.Context, host, remote *framework.KubeAPIServer) error {
 	if err != nil {
 		return err
 	}
-	port, err := freePort()
+	port, err := framework.FreePort()
 	if err != nil {
 		return err
 	}
@@ -305,27 +303,8 @@ func secrets(ctx context.Context, host, remote *framework.KubeAPIServer) error {
 	return nil
 }
 
-var writesRE = regexp.MustCompile(`(?m)^mount_status_writes_total (\d+)`)
-
 func statusWrites(admin *rest.Config) (int, error) {
-	c, err := rest.HTTPClientFor(admin)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := c.Get(admin.Host + "/metrics")
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, err
-	}
-	m := writesRE.FindSubmatch(body)
-	if m == nil {
-		return 0, fmt.Errorf("no mount_status_writes_total in /metrics")
-	}
-	return strconv.Atoi(string(m[1]))
+	return framework.Metric(admin, "mount_status_writes_total")
 }
 
 func rssMiB(pid int) int {
@@ -342,26 +321,17 @@ func rssMiB(pid int) int {
 	return -1
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 // startEtcd runs the etcd binary of hack/kube-binaries.sh on loopback ports.
 func startEtcd(dir string) (url string, pid int, stop func(), err error) {
 	bin, err := framework.KubeBinDir()
 	if err != nil {
 		return "", 0, nil, err
 	}
-	clientPort, err := freePort()
+	clientPort, err := framework.FreePort()
 	if err != nil {
 		return "", 0, nil, err
 	}
-	peerPort, err := freePort()
+	peerPort, err := framework.FreePort()
 	if err != nil {
 		return "", 0, nil, err
 	}

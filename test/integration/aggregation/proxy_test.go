@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -474,7 +473,7 @@ func TestProxyRotationDeletionAndOutage(t *testing.T) {
 	}
 
 	// Start on a port with nothing listening: 503 with Retry-After, quickly.
-	port, err := freeLoopbackPort()
+	port, err := framework.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -571,15 +570,6 @@ func TestProxyRotationDeletionAndOutage(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-func freeLoopbackPort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // TestSecretReferenceNeedsReadAccess: referencing a Secret in a Mount needs "get" on it,

@@ -3,9 +3,6 @@ package aggregation
 import (
 	"context"
 	"fmt"
-	"io"
-	"regexp"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -18,8 +15,6 @@ import (
 	"github.com/kcp-dev/mount-apiserver/pkg/embeddedetcd"
 	"github.com/kcp-dev/mount-apiserver/test/integration/framework"
 )
-
-var writesRE = regexp.MustCompile(`(?m)^mount_status_writes_total (\d+)`)
 
 // TestStatusReplicas runs two mount-apiserver processes against one host and one etcd: only
 // the one holding the Lease writes status; killed, the other takes over.
@@ -43,21 +38,10 @@ func TestStatusReplicas(t *testing.T) {
 		t.Helper()
 		admin := rest.CopyConfig(kube.AdminConfig)
 		admin.Host, admin.CAData = p.URL, p.CAData
-		c, err := rest.HTTPClientFor(admin)
+		n, err := framework.Metric(admin, "mount_status_writes_total")
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp, err := c.Get(p.URL + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		m := writesRE.FindSubmatch(body)
-		if m == nil {
-			return 0
-		}
-		n, _ := strconv.Atoi(string(m[1]))
 		return n
 	}
 	client := func(p *framework.Process) *rest.Config {

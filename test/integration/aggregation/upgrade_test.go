@@ -92,7 +92,7 @@ func TestProxyUpgrades(t *testing.T) {
 		}))
 		defer backend.Close()
 		remotePort := strings.TrimPrefix(backend.URL, "http://127.0.0.1:")
-		localPort, err := freeLoopbackPort()
+		localPort, err := framework.FreePort()
 		if err != nil {
 			t.Fatal(err)
 		}

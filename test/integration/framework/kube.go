@@ -141,7 +141,7 @@ func StartKubeAPIServer(ctx context.Context, dir string) (_ *KubeAPIServer, err 
 		}
 	}
 
-	port, err := freePort()
+	port, err := FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -287,7 +287,8 @@ func (k *KubeAPIServer) Stop() {
 	k.etcd.Close()
 }
 
-func freePort() (int, error) {
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err

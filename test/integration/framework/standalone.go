@@ -201,7 +201,7 @@ type Process struct {
 // Start runs the binary with a root directory on a free loopback port and waits until ready.
 func (b Binary) Start(t testing.TB, rootDir string, args ...string) *Process {
 	t.Helper()
-	port, err := freePort()
+	port, err := FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}

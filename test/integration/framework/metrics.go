@@ -1,0 +1,35 @@
+package framework
+
+import (
+	"fmt"
+	"io"
+	"regexp"
+	"strconv"
+
+	"k8s.io/client-go/rest"
+)
+
+// Metric returns the value of one series, written exactly as /metrics shows it before the
+// value (e.g. `mount_status_writes_total` or `mount_proxy_upstream_connections_total{mount="x"}`),
+// scraped from the server cfg points at; 0 when the series does not exist yet.
+func Metric(cfg *rest.Config, series string) (int, error) {
+	c, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := c.Get(cfg.Host + "/metrics")
+	if err != nil {
+		return 0, fmt.Errorf("scraping %s/metrics: %w", cfg.Host, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`).FindSubmatch(body)
+	if m == nil {
+		return 0, nil
+	}
+	v, err := strconv.ParseFloat(string(m[1]), 64)
+	return int(v), err
+}
