@@ -82,6 +82,9 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 
 	proxier := c.Extra.Proxier
+	if proxier == nil || proxier.Secrets == nil || proxier.Transports == nil {
+		return nil, fmt.Errorf("configuration lacks the proxy (Extra.Proxier with Secrets and Transports)")
+	}
 	proxier.Authorizer = c.Generic.Authorization.Authorizer
 	storage, err := mountsregistry.NewStorage(Scheme, c.Generic.RESTOptionsGetter, proxier.Handler, func(m *mounts.Mount) {
 		proxier.Transports.Forget(m.UID)
