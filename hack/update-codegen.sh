@@ -9,7 +9,14 @@ REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "${REPO_ROOT}"
 
 MODULE=$(go list -m)
+# On a fresh machine the module is not in the module cache yet, and `go list -m` would name
+# no directory.
+go mod download k8s.io/code-generator
 CODEGEN_PKG=$(go list -m -f '{{.Dir}}' k8s.io/code-generator)
+if [ ! -f "${CODEGEN_PKG}/kube_codegen.sh" ]; then
+    echo "cannot find kube_codegen.sh of k8s.io/code-generator (got '${CODEGEN_PKG}')" >&2
+    exit 1
+fi
 # shellcheck source=/dev/null
 source "${CODEGEN_PKG}/kube_codegen.sh"
 
