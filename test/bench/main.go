@@ -52,26 +52,13 @@ func run(requests, listMB, lists int) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	host, err := framework.StartKubeAPIServer(ctx, dir)
-	if err != nil {
-		return err
-	}
-	defer host.Stop()
 	// No audit log: the benchmark measures the proxy, not the harness's audit writer.
-	agg, err := framework.StartAggregated(ctx, host, dir, func(o *options.Options) { o.Audit.LogOptions.Path = "" })
+	clusters, err := framework.StartClusters(ctx, dir, func(o *options.Options) { o.Audit.LogOptions.Path = "" })
 	if err != nil {
 		return err
 	}
-	defer func() { _ = agg.Stop() }()
-	remoteDir, err := os.MkdirTemp(dir, "remote-")
-	if err != nil {
-		return err
-	}
-	remote, err := framework.StartKubeAPIServer(ctx, remoteDir)
-	if err != nil {
-		return err
-	}
-	defer remote.Stop()
+	defer clusters.Stop()
+	host, agg, remote := clusters.Host, clusters.Agg, clusters.Remote
 
 	if err := setup(ctx, host, remote, listMB); err != nil {
 		return err

@@ -61,36 +61,21 @@ func run(n, unreachablePercent int, steady time.Duration) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	host, err := framework.StartKubeAPIServer(ctx, dir)
+	// The aggregated in-process server applies the bundle and yields the service account
+	// kubeconfig; it stays idle (no status controller). The measured server is a process.
+	clusters, err := framework.StartClusters(ctx, dir, func(o *options.Options) { o.StatusController = false; o.Audit.LogOptions.Path = "" })
 	if err != nil {
 		return err
 	}
-	defer host.Stop()
-	// Applies the bundle and yields the service account kubeconfig; this in-process server
-	// itself stays idle (no status controller).
-	agg, err := framework.StartAggregated(ctx, host, dir, func(o *options.Options) { o.StatusController = false; o.Audit.LogOptions.Path = "" })
-	if err != nil {
-		return err
-	}
-	defer func() { _ = agg.Stop() }()
-	remoteDir, err := os.MkdirTemp(dir, "remote-")
-	if err != nil {
-		return err
-	}
-	remote, err := framework.StartKubeAPIServer(ctx, remoteDir)
-	if err != nil {
-		return err
-	}
-	defer remote.Stop()
+	defer clusters.Stop()
+	host, agg, remote := clusters.Host, clusters.Agg, clusters.Remote
 	if err := secrets(ctx, host, remote); err != nil {
 		return err
 	}
 
-	bin := filepath.Join(dir, "mount-apiserver-binary")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/mount-apiserver")
-	build.Dir = framework.RepoRoot()
-	if out, err := build.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build: %w\n%s", err, out)
+	bin, err := framework.BuildMountAPIServer()
+	if err != nil {
+		return err
 	}
 	port, err := framework.FreePort()
 	if err != nil {

@@ -41,49 +41,15 @@ func run(m *testing.M) int {
 		return 1
 	}
 	ctx := klog.NewContext(context.Background(), klog.Background())
-
-	start := time.Now()
-	if kube, err = framework.StartKubeAPIServer(ctx, dir); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer kube.Stop()
-	kubeReady := time.Since(start)
 	// Probe healthy mounts every 2 s so status tests see changes quickly.
-	if agg, err = framework.StartAggregated(ctx, kube, dir, func(o *options.Options) { o.StatusProbeInterval = 2 * time.Second }); err != nil {
-		fmt.Fprintf(os.Stderr, "%v\nkube-apiserver log:\n%s\n", err, tail(kube.Log(), 60))
-		return 1
-	}
-	defer func() {
-		if err := agg.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-		}
-	}()
-	fmt.Printf("harness: etcd+kube-apiserver ready in %v, mount-apiserver registered and Available after %v\n",
-		kubeReady.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
-
-	remoteDir, err := os.MkdirTemp(dir, "remote-")
+	clusters, err := framework.StartClusters(ctx, dir, func(o *options.Options) { o.StatusProbeInterval = 2 * time.Second })
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	if remote, err = framework.StartKubeAPIServer(ctx, remoteDir); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer remote.Stop()
+	defer clusters.Stop()
+	kube, agg, remote = clusters.Host, clusters.Agg, clusters.Remote
+	fmt.Printf("harness: etcd+kube-apiserver ready in %v, mount-apiserver registered and Available after %v\n",
+		clusters.HostReady.Round(time.Millisecond), clusters.AggregatedReady.Round(time.Millisecond))
 	return m.Run()
-}
-
-func tail(s string, lines int) string {
-	n := 0
-	for i := len(s) - 1; i >= 0; i-- {
-		if s[i] == '\n' {
-			n++
-			if n > lines {
-				return s[i+1:]
-			}
-		}
-	}
-	return s
 }

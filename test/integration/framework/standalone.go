@@ -164,13 +164,22 @@ type Binary string
 
 var (
 	buildOnce sync.Once
-	built     Binary
+	built     string
 	buildErr  error
 )
 
 // BuildBinary builds ./cmd/mount-apiserver once per test process.
 func BuildBinary(t testing.TB) Binary {
 	t.Helper()
+	bin, err := BuildMountAPIServer()
+	if err != nil {
+		t.Fatalf("building mount-apiserver: %v", err)
+	}
+	return Binary(bin)
+}
+
+// BuildMountAPIServer builds ./cmd/mount-apiserver once per process and returns its path.
+func BuildMountAPIServer() (string, error) {
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "mount-apiserver-bin-")
 		if err != nil {
@@ -183,12 +192,9 @@ func BuildBinary(t testing.TB) Binary {
 			buildErr = fmt.Errorf("go build: %w\n%s", err, output)
 			return
 		}
-		built = Binary(out)
+		built = out
 	})
-	if buildErr != nil {
-		t.Fatalf("building mount-apiserver: %v", buildErr)
-	}
-	return built
+	return built, buildErr
 }
 
 // Process is a mount-apiserver running as its own process.
