@@ -65,6 +65,10 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	// speaks gRPC and does not need it.
 	cfg.EnableGRPCGateway = false
 	cfg.QuotaBackendBytes = opts.QuotaBackendBytes
+	// One member has no follower to catch up: etcd's defaults keep 10,000 + 5,000 raft
+	// entries, each a whole object, in memory for that.
+	cfg.SnapshotCount = 2000
+	cfg.SnapshotCatchUpEntries = 500
 	if opts.LogLevel == "" {
 		opts.LogLevel = "warn"
 	}

@@ -13,6 +13,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -71,20 +74,33 @@ func run(requests, listMB, lists int) error {
 	if err != nil {
 		return err
 	}
+	floor, floorClient, err := bareProxy(remote)
+	if err != nil {
+		return err
+	}
+	defer floor.Close()
 	paths := []struct {
-		name string
-		cfg  *rest.Config
-		base string
+		name   string
+		cfg    *rest.Config
+		client *http.Client
+		base   string
 	}{
-		{"direct", bencherRemote, remote.URL},
-		{"mount proxy", agg.DirectConfig(bencherHost), agg.Mount.URL + "/apis/mounts.kcp.io/v1alpha1/mounts/bench/proxy"},
-		{"host + mount proxy", bencherHost, host.URL + "/apis/mounts.kcp.io/v1alpha1/mounts/bench/proxy"},
+		{name: "direct", cfg: bencherRemote, base: remote.URL},
+		{name: "bare Go proxy", client: floorClient, base: floor.URL},
+		{name: "mount proxy", cfg: agg.DirectConfig(bencherHost), base: agg.Mount.URL + "/apis/mounts.kcp.io/v1alpha1/mounts/bench/proxy"},
+		{name: "host + mount proxy", cfg: bencherHost, base: host.URL + "/apis/mounts.kcp.io/v1alpha1/mounts/bench/proxy"},
+	}
+	clientOf := func(i int) (*http.Client, error) {
+		if paths[i].client != nil {
+			return paths[i].client, nil
+		}
+		return client(paths[i].cfg)
 	}
 
 	fmt.Printf("small GET (/api/v1/namespaces/default), %d requests each, sequential\n", requests)
 	var p50s, p99s []time.Duration
-	for _, p := range paths {
-		c, err := client(p.cfg)
+	for i, p := range paths {
+		c, err := clientOf(i)
 		if err != nil {
 			return err
 		}
@@ -111,7 +127,7 @@ func run(requests, listMB, lists int) error {
 	fmt.Printf("LIST of ~%d MB (/api/v1/namespaces/bench/configmaps), %d lists each\n", listMB, lists)
 	var base float64
 	for i, p := range paths {
-		c, err := client(p.cfg)
+		c, err := clientOf(i)
 		if err != nil {
 			return err
 		}
@@ -130,11 +146,11 @@ func run(requests, listMB, lists int) error {
 	if err != nil {
 		return err
 	}
-	c, err := client(paths[1].cfg)
+	c, err := clientOf(2)
 	if err != nil {
 		return err
 	}
-	if _, err := timeGets(c, paths[1].base+"/api/v1/namespaces/default", 1000); err != nil {
+	if _, err := timeGets(c, paths[2].base+"/api/v1/namespaces/default", 1000); err != nil {
 		return err
 	}
 	after, err := upstreamConnections(admin)
@@ -201,6 +217,41 @@ func setup(ctx context.Context, host, remote *framework.KubeAPIServer, listMB in
 		}
 	}
 	return nil
+}
+
+// bareProxy is the floor any proxy hop pays on this machine: a plain Go TLS reverse proxy
+// (httputil.ReverseProxy over HTTP/2, in this process as mount-apiserver is) to the remote,
+// with the mount's credentials and the same impersonation headers, so the remote does the
+// same work as behind the mount proxy. It has no authentication, authorization or API
+// machinery; it is a reference, not a product.
+func bareProxy(remote *framework.KubeAPIServer) (*httptest.Server, *http.Client, error) {
+	creds, err := remote.UserConfig("mount-proxy")
+	if err != nil {
+		return nil, nil, err
+	}
+	tlsConfig, err := rest.TLSConfigFor(creds)
+	if err != nil {
+		return nil, nil, err
+	}
+	target, err := url.Parse(remote.URL)
+	if err != nil {
+		return nil, nil, err
+	}
+	upstream := &http.Transport{TLSClientConfig: tlsConfig, ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 16}
+	proxy := &httputil.ReverseProxy{
+		Transport: upstream,
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(target)
+			r.Out.Header.Set("Impersonate-User", "bencher")
+			r.Out.Header.Set("Impersonate-Group", "system:authenticated")
+		},
+	}
+	srv := httptest.NewUnstartedServer(proxy)
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	c := srv.Client()
+	c.Timeout = time.Minute
+	return srv, c, nil
 }
 
 func client(cfg *rest.Config) (*http.Client, error) {

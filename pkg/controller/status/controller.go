@@ -193,19 +193,6 @@ func (c *Controller) reconcile(ctx context.Context, name string) (bool, error) {
 	url := ProxyURL(c.opts.BaseURL, m.Name)
 	now := metav1.Now()
 
-	if m.Status.Phase == "" {
-		// First seen: say so before probing, which can take the connect timeout.
-		if err := c.write(ctx, m, initialStatus(m, url, now)); err != nil {
-			return false, err
-		}
-		m, err = c.lister.Get(name)
-		if err != nil {
-			return false, err
-		}
-		m = m.DeepCopy()
-		m.Status = initialStatus(m, url, now)
-	}
-
 	internal := &mounts.Mount{}
 	if err := v1alpha1.Convert_v1alpha1_Mount_To_mounts_Mount(m, internal, nil); err != nil {
 		return false, fmt.Errorf("converting mount: %w", err)

@@ -16,24 +16,11 @@ const (
 	ReasonProbeSucceeded        = "ProbeSucceeded"
 	ReasonProbeFailed           = "ProbeFailed"
 	ReasonCredentialsUnresolved = "CredentialsNotResolved"
-	ReasonNotChecked            = "NotChecked"
 )
 
 // ProxyURL is the URL at which a mount's proxy is served below base.
 func ProxyURL(base, name string) string {
 	return base + "/apis/mounts.kcp.io/v1alpha1/mounts/" + name + "/proxy"
-}
-
-// initialStatus is the status of a mount first seen: Initializing, conditions Unknown.
-func initialStatus(m *v1alpha1.Mount, url string, now metav1.Time) v1alpha1.MountStatus {
-	s := m.Status.DeepCopy()
-	s.Phase = v1alpha1.MountPhaseInitializing
-	s.URL = url
-	s.ObservedGeneration = m.Generation
-	for _, t := range []string{v1alpha1.ConditionCredentialsResolved, v1alpha1.ConditionTargetReachable, v1alpha1.ConditionReady} {
-		setCondition(s, t, metav1.ConditionUnknown, ReasonNotChecked, "The mount has not been checked yet.", m.Generation, now)
-	}
-	return *s
 }
 
 // computeStatus derives the status from a probe: Ready when the target answered; otherwise

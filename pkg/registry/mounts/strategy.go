@@ -61,10 +61,29 @@ func (mountStrategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
 	}
 }
 
+// PrepareForCreate drops a status sent with the Mount and starts it Initializing: the
+// registry is the first to see a mount, and setting the phase here saves the status
+// controller one write per mount.
 func (mountStrategy) PrepareForCreate(_ context.Context, obj runtime.Object) {
 	m := obj.(*mounts.Mount)
-	m.Status = mounts.MountStatus{}
+	m.Status = initialStatus(metav1.Now())
 	m.Generation = 1
+}
+
+// ReasonNotChecked is the reason of every condition of a mount nobody has probed yet.
+const ReasonNotChecked = "NotChecked"
+
+// initialStatus is the status of a new mount: Initializing, every condition Unknown. It
+// leaves observedGeneration at 0: no controller has observed the mount yet.
+func initialStatus(now metav1.Time) mounts.MountStatus {
+	s := mounts.MountStatus{Phase: mounts.MountPhaseInitializing}
+	for _, t := range []string{v1alpha1.ConditionCredentialsResolved, v1alpha1.ConditionTargetReachable, v1alpha1.ConditionReady} {
+		s.Conditions = append(s.Conditions, metav1.Condition{
+			Type: t, Status: metav1.ConditionUnknown, Reason: ReasonNotChecked,
+			Message: "The mount has not been checked yet.", LastTransitionTime: now,
+		})
+	}
+	return s
 }
 
 func (mountStrategy) PrepareForUpdate(_ context.Context, obj, old runtime.Object) {

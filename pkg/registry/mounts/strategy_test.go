@@ -28,9 +28,21 @@ func testMount() *mounts.Mount {
 func TestPrepareForCreate(t *testing.T) {
 	s := NewStrategy(runtime.NewScheme())
 	m := testMount()
+	m.Status = mounts.MountStatus{Phase: mounts.MountPhaseReady, URL: "https://elsewhere", ObservedGeneration: 7}
 	s.PrepareForCreate(context.Background(), m)
-	if m.Status.Phase != "" || m.Status.URL != "" || m.Status.ObservedGeneration != 0 {
-		t.Errorf("status not cleared on create: %+v", m.Status)
+	if m.Status.Phase != mounts.MountPhaseInitializing || m.Status.URL != "" || m.Status.ObservedGeneration != 0 {
+		t.Errorf("status on create: %+v, want Initializing and nothing else set", m.Status)
+	}
+	if len(m.Status.Conditions) != 3 {
+		t.Errorf("conditions on create: %+v", m.Status.Conditions)
+	}
+	for _, c := range m.Status.Conditions {
+		if c.Status != metav1.ConditionUnknown || c.Reason != ReasonNotChecked || c.LastTransitionTime.IsZero() {
+			t.Errorf("condition on create: %+v", c)
+		}
+	}
+	if errs := s.Validate(context.Background(), m); len(errs) != 0 {
+		t.Errorf("the initial status does not validate: %v", errs)
 	}
 	if m.Generation != 1 {
 		t.Errorf("generation = %d, want 1", m.Generation)

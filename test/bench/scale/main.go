@@ -42,6 +42,7 @@ func main() {
 	steady := flag.Duration("steady", time.Minute, "how long to count status writes once all mounts are Ready")
 	flag.StringVar(&heapProfile, "heapprofile", "", "write the server's heap profile (in use) after the steady state to this file")
 	flag.BoolVar(&externalEtcd, "external-etcd", false, "run etcd as its own process (--etcd-servers), to report the server's and etcd's RSS apart")
+	flag.StringVar(&serverFlags, "server-flags", "", "extra flags for mount-apiserver, space separated (e.g. \"--feature-gates=ListFromCacheSnapshot=false\")")
 	flag.Parse()
 	if err := run(*n, *unreachablePercent, *steady); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -52,6 +53,7 @@ func main() {
 var (
 	externalEtcd bool
 	heapProfile  string
+	serverFlags  string
 )
 
 func run(n, unreachablePercent int, steady time.Duration) error {
@@ -94,6 +96,7 @@ func run(n, unreachablePercent int, steady time.Duration) error {
 		etcdPid = pid
 		args = append(args, "--etcd-servers", url)
 	}
+	args = append(args, strings.Fields(serverFlags)...)
 	server := exec.Command(bin, args...)
 	logFile, err := os.Create(filepath.Join(dir, "server.log"))
 	if err != nil {
@@ -185,6 +188,7 @@ func run(n, unreachablePercent int, steady time.Duration) error {
 	} else {
 		fmt.Printf("RSS with %d mounts: %d MiB (includes the embedded etcd)\n", n, rssMiB(server.Process.Pid))
 	}
+	memory(admin, server.Process.Pid)
 
 	for _, rv := range []string{"", "0"} {
 		var samples []time.Duration
@@ -236,6 +240,7 @@ func run(n, unreachablePercent int, steady time.Duration) error {
 	}
 	fmt.Printf("status writes in steady state: %d in %v (%.1f per minute)\n", w1-w0, steady, float64(w1-w0)/steady.Minutes())
 	fmt.Printf("RSS after steady state: %d MiB\n", rssMiB(server.Process.Pid))
+	memory(admin, server.Process.Pid)
 	if heapProfile != "" {
 		c, err := rest.HTTPClientFor(admin)
 		if err != nil {
@@ -290,6 +295,30 @@ func secrets(ctx context.Context, host, remote *framework.KubeAPIServer) error {
 
 func statusWrites(admin *rest.Config) (int, error) {
 	return framework.Metric(admin, "mount_status_writes_total")
+}
+
+// memory prints what the RSS is made of: anonymous memory (the Go heap and stacks) and file
+// pages (the embedded etcd's memory-mapped database), and the Go heap's own accounting.
+func memory(admin *rest.Config, pid int) {
+	status := map[string]int{}
+	if data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 && strings.HasPrefix(f[0], "Rss") {
+				kb, _ := strconv.Atoi(f[1])
+				status[strings.TrimSuffix(f[0], ":")] = kb / 1024
+			}
+		}
+	}
+	metric := func(name string) int {
+		v, err := framework.Metric(admin, name)
+		if err != nil {
+			return -1
+		}
+		return v >> 20
+	}
+	fmt.Printf("  RSS anonymous %d MiB, file %d MiB; Go heap in use %d MiB, next GC at %d MiB, idle %d MiB (released %d MiB), stacks %d MiB\n",
+		status["RssAnon"], status["RssFile"], metric("go_memstats_heap_inuse_bytes"), metric("go_memstats_next_gc_bytes"),
+		metric("go_memstats_heap_idle_bytes"), metric("go_memstats_heap_released_bytes"), metric("go_memstats_stack_inuse_bytes"))
 }
 
 func rssMiB(pid int) int {

@@ -65,8 +65,8 @@ func TestStatusOfARealTarget(t *testing.T) {
 			t.Fatalf("phases seen: %v; never Ready", phases)
 		}
 	}
-	if strings.Join(phases, ",") != ",Initializing,Ready" {
-		t.Errorf("phases: %q, want \"\", Initializing, Ready", phases)
+	if strings.Join(phases, ",") != "Initializing,Ready" {
+		t.Errorf("phases: %q, want Initializing, Ready", phases)
 	}
 
 	out := mustKubectl(t, "wait", "--for=jsonpath={.status.phase}=Ready", "mount/status-remote", "--timeout=30s")

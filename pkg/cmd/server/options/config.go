@@ -128,7 +128,11 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 			return nil, err
 		}
 		cfg.Extra.Proxier.Secrets = proxy.NewWatchedSecrets(ctx, cfg.Extra.HostClient)
-		generic.AdmissionControl = secretaccess.New(cfg.Extra.HostClient.AuthorizationV1().SubjectAccessReviews())
+		secretAccess, err := secretaccess.New(cfg.Extra.HostClient.AuthorizationV1())
+		if err != nil {
+			return nil, err
+		}
+		generic.AdmissionControl = secretAccess
 		logger.Info("Running as an aggregated API server", "kubeconfig", o.Kubeconfig, "inCluster", o.InCluster)
 		return cfg, nil
 	}
@@ -143,7 +147,11 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 			return nil, fmt.Errorf("creating client of --secrets-kubeconfig: %w", err)
 		}
 		cfg.Extra.Proxier.Secrets = proxy.NewWatchedSecrets(ctx, secretsClient)
-		generic.AdmissionControl = secretaccess.New(secretsClient.AuthorizationV1().SubjectAccessReviews())
+		secretAccess, err := secretaccess.New(secretsClient.AuthorizationV1())
+		if err != nil {
+			return nil, err
+		}
+		generic.AdmissionControl = secretAccess
 	}
 
 	if err := applyStandaloneAuth(generic, ca); err != nil {
