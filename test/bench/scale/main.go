@@ -229,6 +229,37 @@ func run(n, unreachablePercent int, steady time.Duration) error {
 	slices.Sort(samples)
 	fmt.Printf("LIST of all %d mounts, read as bytes (%.1f MB): p50 %v, max %v\n", n, float64(size)/1e6, samples[len(samples)/2].Round(time.Millisecond), samples[len(samples)-1].Round(time.Millisecond))
 
+	// What a user sees: kubectl get mounts, a server-side table read in pages of 500 (kubectl's
+	// default), and in one page.
+	kubeconfig, err := framework.KubeconfigBytes(admin)
+	if err != nil {
+		return err
+	}
+	kubeconfigPath := filepath.Join(dir, "admin.kubeconfig")
+	if err := os.WriteFile(kubeconfigPath, kubeconfig, 0o600); err != nil {
+		return err
+	}
+	bin, err = framework.KubeBinDir()
+	if err != nil {
+		return err
+	}
+	for _, chunk := range []string{"500", "0"} {
+		samples = samples[:0]
+		for range 5 {
+			t0 := time.Now()
+			out, err := exec.CommandContext(ctx, filepath.Join(bin, "kubectl"), "--kubeconfig", kubeconfigPath, "get", "mounts", "--no-headers", "--chunk-size", chunk).Output()
+			if err != nil {
+				return fmt.Errorf("kubectl get mounts: %w", err)
+			}
+			samples = append(samples, time.Since(t0))
+			if rows := strings.Count(string(out), "\n"); rows != n {
+				return fmt.Errorf("kubectl get mounts printed %d rows, want %d", rows, n)
+			}
+		}
+		slices.Sort(samples)
+		fmt.Printf("kubectl get mounts --chunk-size %s (%d rows): p50 %v, max %v\n", chunk, n, samples[len(samples)/2].Round(time.Millisecond), samples[len(samples)-1].Round(time.Millisecond))
+	}
+
 	w0, err := statusWrites(admin)
 	if err != nil {
 		return err
