@@ -1,0 +1,14 @@
+package options
+
+import (
+	"testing"
+
+	"k8s.io/apiserver/pkg/features"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+)
+
+func TestListFromCacheSnapshotIsOffByDefault(t *testing.T) {
+	if utilfeature.DefaultFeatureGate.Enabled(features.ListFromCacheSnapshot) {
+		t.Error("ListFromCacheSnapshot is on; this server defaults it off to keep the watch cache's memory down")
+	}
+}
