@@ -239,7 +239,7 @@ func run(n, unreachablePercent int, steady time.Duration) error {
 	if err := os.WriteFile(kubeconfigPath, kubeconfig, 0o600); err != nil {
 		return err
 	}
-	bin, err = framework.KubeBinDir()
+	kubeBin, err := framework.KubeBinDir()
 	if err != nil {
 		return err
 	}
@@ -247,7 +247,7 @@ func run(n, unreachablePercent int, steady time.Duration) error {
 		samples = samples[:0]
 		for range 5 {
 			t0 := time.Now()
-			out, err := exec.CommandContext(ctx, filepath.Join(bin, "kubectl"), "--kubeconfig", kubeconfigPath, "get", "mounts", "--no-headers", "--chunk-size", chunk).Output()
+			out, err := exec.CommandContext(ctx, filepath.Join(kubeBin, "kubectl"), "--kubeconfig", kubeconfigPath, "get", "mounts", "--no-headers", "--chunk-size", chunk).Output()
 			if err != nil {
 				return fmt.Errorf("kubectl get mounts: %w", err)
 			}
