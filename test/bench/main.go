@@ -107,7 +107,9 @@ func run(requests, listMB, lists int) error {
 		var profileDone chan error
 		if cpuProfile != "" && p.name == "mount proxy" {
 			profileDone = make(chan error, 1)
-			go func() { profileDone <- profile(agg.DirectConfig(host.AdminConfig), cpuProfile) }()
+			go func() {
+				profileDone <- framework.Profile(agg.DirectConfig(host.AdminConfig), "profile?seconds=3", cpuProfile)
+			}()
 		}
 		samples, err := timeGets(c, p.base+"/api/v1/namespaces/default", requests)
 		if profileDone != nil {
@@ -320,24 +322,4 @@ func listThroughput(c *http.Client, url string, n int) (float64, int64, error) {
 
 func upstreamConnections(admin *rest.Config) (int, error) {
 	return framework.Metric(admin, `mount_proxy_upstream_connections_total{mount="bench"}`)
-}
-
-// profile fetches a 3-second CPU profile from mount-apiserver's /debug/pprof.
-func profile(admin *rest.Config, path string) error {
-	c, err := client(admin)
-	if err != nil {
-		return err
-	}
-	resp, err := c.Get(admin.Host + "/debug/pprof/profile?seconds=3")
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	_, err = io.Copy(f, resp.Body)
-	return err
 }

@@ -273,23 +273,7 @@ func run(n, unreachablePercent int, steady time.Duration) error {
 	fmt.Printf("RSS after steady state: %d MiB\n", rssMiB(server.Process.Pid))
 	memory(admin, server.Process.Pid)
 	if heapProfile != "" {
-		c, err := rest.HTTPClientFor(admin)
-		if err != nil {
-			return err
-		}
-		resp, err := c.Get(admin.Host + "/debug/pprof/heap?gc=1")
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		f, err := os.Create(heapProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if _, err := io.Copy(f, resp.Body); err != nil {
-			return err
-		}
+		return framework.Profile(admin, "heap?gc=1", heapProfile)
 	}
 	return nil
 }

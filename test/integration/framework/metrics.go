@@ -3,6 +3,7 @@ package framework
 import (
 	"fmt"
 	"io"
+	"os"
 	"regexp"
 	"strconv"
 
@@ -32,4 +33,27 @@ func Metric(cfg *rest.Config, series string) (int, error) {
 	}
 	v, err := strconv.ParseFloat(string(m[1]), 64)
 	return int(v), err
+}
+
+// Profile saves a profile from the /debug/pprof endpoint of the server cfg points at, e.g.
+// "profile?seconds=3" (CPU) or "heap?gc=1", to path.
+func Profile(cfg *rest.Config, endpoint, path string) error {
+	c, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return err
+	}
+	resp, err := c.Get(cfg.Host + "/debug/pprof/" + endpoint)
+	if err != nil {
+		return fmt.Errorf("fetching %s/debug/pprof/%s: %w", cfg.Host, endpoint, err)
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

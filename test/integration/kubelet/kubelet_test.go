@@ -79,6 +79,26 @@ func run(m *testing.M) int {
 }
 
 // kubectlCmd returns kubectl with the admin kubeconfig against the test namespace.
+// startStreaming starts a kubectl that keeps printing (logs -f, port-forward) and returns its
+// output lines and its stderr; the process is killed when the test ends.
+func startStreaming(t *testing.T, cmd *exec.Cmd) (*bufio.Scanner, *bytes.Buffer) {
+	t.Helper()
+	stderr := &bytes.Buffer{}
+	cmd.Stderr = stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	return bufio.NewScanner(out), stderr
+}
+
 func kubectlCmd(ctx context.Context, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, kubectl, append([]string{"--kubeconfig", kube.AdminKubeconfig, "-n", namespace}, args...)...)
 	cmd.WaitDelay = 5 * time.Second
@@ -178,21 +198,8 @@ func TestLogsFollow(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	cmd := kubectlCmd(ctx, "logs", "-f", podName)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
 	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	}()
-	lines := bufio.NewScanner(out)
+	lines, stderr := startStreaming(t, cmd)
 	for i := 1; i <= 5; i++ {
 		if !lines.Scan() {
 			t.Fatalf("kubectl logs -f ended after %d lines: %v; stderr %q", i-1, lines.Err(), stderr.String())
@@ -230,25 +237,15 @@ func TestPortForward(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	cmd := kubectlCmd(ctx, "port-forward", "--address", "127.0.0.1", "pod/"+podName, fmt.Sprintf("%d:%d", localPort, remotePort))
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
 	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	}()
-	lines := bufio.NewScanner(out)
+	lines, stderr := startStreaming(t, cmd)
 	if !lines.Scan() || !strings.HasPrefix(lines.Text(), "Forwarding from 127.0.0.1:") {
 		t.Fatalf("kubectl port-forward printed %q (%v); stderr %q", lines.Text(), lines.Err(), stderr.String())
 	}
-	go func() { _, _ = io.Copy(io.Discard, out) }() // "Handling connection for ..." lines
+	go func() { // drain "Handling connection for ..." lines
+		for lines.Scan() {
+		}
+	}()
 
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 30 * time.Second}
 	for i := range 3 {
