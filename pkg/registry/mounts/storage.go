@@ -46,6 +46,7 @@ type Storage struct {
 // mounts/proxy; afterDelete, if set, learns of every deleted Mount.
 func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, proxy ProxyHandlerFunc, afterDelete func(*mounts.Mount)) (*Storage, error) {
 	resource := mounts.Resource("mounts")
+	optsGetter = internedRESTOptions{optsGetter}
 	opts, err := optsGetter.GetRESTOptions(resource, &mounts.Mount{})
 	if err != nil {
 		return nil, fmt.Errorf("getting storage options for %s: %w", resource, err)

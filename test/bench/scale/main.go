@@ -39,7 +39,7 @@ import (
 func main() {
 	n := flag.Int("mounts", 10000, "number of mounts")
 	unreachablePercent := flag.Int("unreachable-percent", 1, "percentage of mounts whose target is unreachable")
-	steady := flag.Duration("steady", time.Minute, "how long to count status writes once all mounts are Ready")
+	steady := flag.Duration("steady", 5*time.Minute, "how long to count status writes and sample RSS after the LISTs, with nothing changing")
 	flag.StringVar(&heapProfile, "heapprofile", "", "write the server's heap profile (in use) after the steady state to this file")
 	flag.BoolVar(&externalEtcd, "external-etcd", false, "run etcd as its own process (--etcd-servers), to report the server's and etcd's RSS apart")
 	flag.StringVar(&serverFlags, "server-flags", "", "extra flags for mount-apiserver, space separated (e.g. \"--feature-gates=ListFromCacheSnapshot=false\")")
@@ -264,13 +264,19 @@ func run(n, unreachablePercent int, steady time.Duration) error {
 	if err != nil {
 		return err
 	}
-	time.Sleep(steady)
+	// The steady state starts right after the LISTs above, whose garbage the Go runtime returns
+	// to the OS only after later GC cycles (it forces one every two minutes when idle).
+	first, peak, last := rssMiB(server.Process.Pid), 0, 0
+	for t0 := time.Now(); time.Since(t0) < steady; time.Sleep(5 * time.Second) {
+		last = rssMiB(server.Process.Pid)
+		peak = max(peak, last)
+	}
 	w1, err := statusWrites(admin)
 	if err != nil {
 		return err
 	}
 	fmt.Printf("status writes in steady state: %d in %v (%.1f per minute)\n", w1-w0, steady, float64(w1-w0)/steady.Minutes())
-	fmt.Printf("RSS after steady state: %d MiB\n", rssMiB(server.Process.Pid))
+	fmt.Printf("RSS in steady state, sampled every 5s for %v: %d MiB at its start, %d MiB at most, %d MiB at its end\n", steady, first, peak, last)
 	memory(admin, server.Process.Pid)
 	if heapProfile != "" {
 		return framework.Profile(admin, "heap?gc=1", heapProfile)
