@@ -212,6 +212,49 @@ func TestServerSideApply(t *testing.T) {
 	}
 }
 
+// TestTableRowsOmitManagedFields reads mounts as kubectl does, as a server-side Table whose rows
+// carry each Mount's metadata: without managedFields, unless whole objects are asked for.
+func TestTableRowsOmitManagedFields(t *testing.T) {
+	s := framework.StartInProcess(t, "", apiOnly)
+	ctx := context.Background()
+	m := urlMount("prod")
+	m.Labels = map[string]string{"env": "prod"}
+	if _, err := s.Client.MountsV1alpha1().Mounts().Create(ctx, m, metav1.CreateOptions{FieldManager: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		includeObject     string
+		wantManagedFields bool
+	}{{"", false}, {"Metadata", false}, {"Object", true}} {
+		req := s.Client.MountsV1alpha1().RESTClient().Get().Resource("mounts").
+			SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
+		if c.includeObject != "" {
+			req = req.Param("includeObject", c.includeObject)
+		}
+		raw, err := req.DoRaw(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var table metav1.Table
+		if err := json.Unmarshal(raw, &table); err != nil {
+			t.Fatal(err)
+		}
+		if len(table.Rows) != 1 || len(table.Rows[0].Cells) == 0 || table.Rows[0].Cells[0] != "prod" {
+			t.Fatalf("includeObject=%q: rows %+v", c.includeObject, table.Rows)
+		}
+		var obj metav1.PartialObjectMetadata
+		if err := json.Unmarshal(table.Rows[0].Object.Raw, &obj); err != nil {
+			t.Fatal(err)
+		}
+		if obj.Name != "prod" || obj.Labels["env"] != "prod" || obj.UID == "" {
+			t.Errorf("includeObject=%q: row metadata %+v", c.includeObject, obj.ObjectMeta)
+		}
+		if got := len(obj.ManagedFields) > 0; got != c.wantManagedFields {
+			t.Errorf("includeObject=%q: managedFields in the row: %v, want %v", c.includeObject, got, c.wantManagedFields)
+		}
+	}
+}
+
 func TestInvalidMountsAreRefusedWithFieldPaths(t *testing.T) {
 	s := framework.StartInProcess(t, "", apiOnly)
 	ctx := context.Background()

@@ -62,6 +62,26 @@ func TestConvertToTable(t *testing.T) {
 		t.Errorf("NoHeaders table: %d columns, %d rows", len(single.ColumnDefinitions), len(single.Rows))
 	}
 
+	// Rows carry managedFields only when whole objects are asked for; the stored (cached)
+	// Mount keeps them either way.
+	m.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "alice", Operation: metav1.ManagedFieldsOperationApply}}
+	for _, c := range []struct {
+		opts *metav1.TableOptions
+		want int
+	}{{nil, 0}, {&metav1.TableOptions{IncludeObject: metav1.IncludeMetadata}, 0}, {&metav1.TableOptions{IncludeObject: metav1.IncludeObject}, 1}} {
+		table, err := tableConvertor{}.ConvertToTable(context.Background(), m, c.opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rowObj := table.Rows[0].Object.Object.(*mounts.Mount)
+		if len(rowObj.ManagedFields) != c.want || rowObj.Name != "prod" || rowObj.Labels["env"] != "prod" {
+			t.Errorf("options %+v: row object %+v, want %d managedFields entries", c.opts, rowObj.ObjectMeta, c.want)
+		}
+		if len(m.ManagedFields) != 1 {
+			t.Fatalf("options %+v: the converted Mount lost its managedFields", c.opts)
+		}
+	}
+
 	if _, err := (tableConvertor{}).ConvertToTable(context.Background(), &metav1.Status{}, nil); err == nil {
 		t.Error("expected an error for a foreign object")
 	}
