@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -11,11 +12,14 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/storage/value"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
 	"github.com/kcp-dev/mount-apiserver/pkg/cmd/server/options"
 	"github.com/kcp-dev/mount-apiserver/pkg/embeddedetcd"
+	"github.com/kcp-dev/mount-apiserver/pkg/storagevalue"
 	"github.com/kcp-dev/mount-apiserver/test/integration/framework"
 )
 
@@ -120,5 +124,47 @@ func TestExternalEtcd(t *testing.T) {
 	}
 	if len(keys) != 1 || keys[0] != "/mount-apiserver/mounts.kcp.io/mounts/_default/prod" {
 		t.Errorf("etcd keys: %v", keys)
+	}
+
+	// Values are compressed in etcd and decompress to the Mount's JSON.
+	key := "/mount-apiserver/mounts.kcp.io/mounts/_default/prod"
+	raw, err := client.Get(ctx, key)
+	if err != nil || len(raw.Kvs) != 1 {
+		t.Fatalf("reading %s from etcd: %v", key, err)
+	}
+	stored := raw.Kvs[0].Value
+	plain, _, err := storagevalue.Compressing(nil).TransformFromStorage(ctx, stored, value.DefaultContext(key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(stored, []byte(storagevalue.Prefix)) || !bytes.Contains(plain, []byte(`"kind":"Mount"`)) || len(stored) >= len(plain) {
+		t.Errorf("stored value (%d bytes) is not the compressed Mount (%d bytes): %q", len(stored), len(plain), stored)
+	}
+
+	// A value written before compression (plain JSON) is read as it is, and compressed when
+	// the Mount is next written.
+	legacy := bytes.Replace(plain, []byte(`"name":"prod"`), []byte(`"name":"legacy"`), 1)
+	legacy = bytes.Replace(legacy, []byte(`"uid":"`), []byte(`"uid":"1`), 1)
+	legacyKey := "/mount-apiserver/mounts.kcp.io/mounts/_default/legacy"
+	if _, err := client.Put(ctx, legacyKey, string(legacy)); err != nil {
+		t.Fatal(err)
+	}
+	mounts := s.Client.MountsV1alpha1().Mounts()
+	var m *v1alpha1.Mount
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		m, err = mounts.Get(ctx, "legacy", metav1.GetOptions{})
+		return err == nil, nil
+	}); err != nil {
+		t.Fatalf("the plain JSON Mount is not readable: %v", err)
+	}
+	if m.Spec.Ref.Name != "prod-kubeconfig" {
+		t.Errorf("plain JSON Mount read as %+v", m.Spec)
+	}
+	m.Labels = map[string]string{"touched": "true"}
+	if _, err := mounts.Update(ctx, m, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if raw, err = client.Get(ctx, legacyKey); err != nil || len(raw.Kvs) != 1 || !bytes.HasPrefix(raw.Kvs[0].Value, []byte(storagevalue.Prefix)) {
+		t.Errorf("the updated Mount is not stored compressed: %v %q", err, raw.Kvs)
 	}
 }

@@ -7,7 +7,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apiserver/pkg/registry/generic"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
 )
@@ -21,23 +20,6 @@ import (
 // Shared values are safe because objects read from storage are never modified in place: the
 // cache hands the same object to every reader, and writers deep-copy first (DeepCopy gives
 // fresh slices). unique.Make keeps no value alive that no object refers to any more.
-
-// internedRESTOptions decodes the Mounts read from storage with interning.
-type internedRESTOptions struct {
-	generic.RESTOptionsGetter
-}
-
-// GetRESTOptions wraps the storage codec of the getter's options.
-func (g internedRESTOptions) GetRESTOptions(resource schema.GroupResource, example runtime.Object) (generic.RESTOptions, error) {
-	opts, err := g.RESTOptionsGetter.GetRESTOptions(resource, example)
-	if err != nil || opts.StorageConfig == nil {
-		return opts, err
-	}
-	cfg := *opts.StorageConfig
-	cfg.Codec = internCodec{Codec: cfg.Codec}
-	opts.StorageConfig = &cfg
-	return opts, nil
-}
 
 // internCodec is a storage codec whose decoded Mounts share their repeated values.
 type internCodec struct {

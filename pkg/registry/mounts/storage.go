@@ -7,12 +7,14 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/registry/generic"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
+	"github.com/kcp-dev/mount-apiserver/pkg/storagevalue"
 )
 
 // REST is the storage of the mounts resource.
@@ -46,7 +48,7 @@ type Storage struct {
 // mounts/proxy; afterDelete, if set, learns of every deleted Mount.
 func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, proxy ProxyHandlerFunc, afterDelete func(*mounts.Mount)) (*Storage, error) {
 	resource := mounts.Resource("mounts")
-	optsGetter = internedRESTOptions{optsGetter}
+	optsGetter = storedRESTOptions{optsGetter}
 	opts, err := optsGetter.GetRESTOptions(resource, &mounts.Mount{})
 	if err != nil {
 		return nil, fmt.Errorf("getting storage options for %s: %w", resource, err)
@@ -85,6 +87,25 @@ func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, pr
 	statusStore.ResetFieldsStrategy = statusStrategy
 
 	return &Storage{Mount: &REST{store}, Status: &StatusREST{store: &statusStore}, Proxy: &ProxyREST{store: store, handler: proxy}}, nil
+}
+
+// storedRESTOptions adapts how Mounts are stored: the codec makes the Mounts it decodes share
+// their repeated values (intern.go), and values are compressed in etcd (pkg/storagevalue).
+type storedRESTOptions struct {
+	generic.RESTOptionsGetter
+}
+
+// GetRESTOptions wraps the storage codec and transformer of the getter's options.
+func (g storedRESTOptions) GetRESTOptions(resource schema.GroupResource, example runtime.Object) (generic.RESTOptions, error) {
+	opts, err := g.RESTOptionsGetter.GetRESTOptions(resource, example)
+	if err != nil || opts.StorageConfig == nil {
+		return opts, err
+	}
+	cfg := *opts.StorageConfig
+	cfg.Codec = internCodec{Codec: cfg.Codec}
+	cfg.Transformer = storagevalue.Compressing(cfg.Transformer)
+	opts.StorageConfig = &cfg
+	return opts, nil
 }
 
 // ShortNames lets users type `kubectl get mnt`.
