@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"k8s.io/apiserver/pkg/apis/apiserver"
 	"k8s.io/apiserver/pkg/authentication/request/anonymous"
@@ -28,6 +29,7 @@ import (
 
 	"github.com/kcp-dev/mount-apiserver/pkg/admission/secretaccess"
 	mountapiserver "github.com/kcp-dev/mount-apiserver/pkg/apiserver"
+	"github.com/kcp-dev/mount-apiserver/pkg/authentication"
 	"github.com/kcp-dev/mount-apiserver/pkg/controller/status"
 	"github.com/kcp-dev/mount-apiserver/pkg/embeddedetcd"
 	generatedopenapi "github.com/kcp-dev/mount-apiserver/pkg/generated/openapi"
@@ -173,6 +175,11 @@ func (o CompletedOptions) applyDelegated(cfg *mountapiserver.Config, ca *pki.PKI
 	if err := o.Authentication.ApplyTo(&generic.Authentication, generic.SecureServing, generic.OpenAPIConfig); err != nil {
 		return fmt.Errorf("applying delegated authentication options: %w", err)
 	}
+	// Client certificates are verified once per connection and TTL, like tokens are reviewed.
+	if generic.Authentication.Authenticator != nil {
+		generic.Authentication.Authenticator = authentication.CachingCertificates(generic.Authentication.Authenticator,
+			generic.Authentication.RequestHeaderConfig, o.Authentication.CacheTTL)
+	}
 	if err := o.Authorization.ApplyTo(&generic.Authorization); err != nil {
 		return fmt.Errorf("applying delegated authorization options: %w", err)
 	}
@@ -226,6 +233,10 @@ func (o CompletedOptions) hostConfig() (*rest.Config, error) {
 	return c, nil
 }
 
+// standaloneCertCacheTTL is how long a verified client certificate is remembered in standalone
+// mode. Its CA never changes while the server runs; the bound only keeps the cache fresh.
+const standaloneCertCacheTTL = time.Minute
+
 // applyStandaloneAuth authenticates clients by certificates of the standalone CA and
 // authorizes only system:masters, plus anonymous reads of the public paths.
 func applyStandaloneAuth(c *genericapiserver.Config, ca *pki.PKI) error {
@@ -239,10 +250,10 @@ func applyStandaloneAuth(c *genericapiserver.Config, ca *pki.PKI) error {
 	for _, p := range publicPaths {
 		conditions = append(conditions, apiserver.AnonymousAuthCondition{Path: p})
 	}
-	c.Authentication.Authenticator = authenticatorunion.New(
+	c.Authentication.Authenticator = authentication.CachingCertificates(authenticatorunion.New(
 		x509request.NewDynamic(clientCA.VerifyOptions, x509request.CommonNameUserConversion),
 		anonymous.NewAuthenticator(conditions),
-	)
+	), nil, standaloneCertCacheTTL)
 
 	public, err := path.NewAuthorizer(publicPaths)
 	if err != nil {
