@@ -48,9 +48,10 @@ func startStatusController(cfg StatusConfig, proxier *proxy.Proxier, host kubern
 		if err != nil {
 			return fmt.Errorf("creating loopback client: %w", err)
 		}
-		// The controller never reads managedFields, about half of a Mount's bytes; a status
+		// The controller never reads managedFields (about half of a Mount's bytes), labels or
+		// annotations (kubectl apply's last-applied-configuration repeats the spec); a status
 		// update without them keeps the stored ones.
-		factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(stripManagedFields))
+		factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(stripUnread))
 		var recorder record.EventRecorder
 		if host != nil {
 			broadcaster := record.NewBroadcaster(record.WithContext(hookCtx))
@@ -77,10 +78,13 @@ func startStatusController(cfg StatusConfig, proxier *proxy.Proxier, host kubern
 	}
 }
 
-// stripManagedFields drops managedFields from the objects an informer caches.
-func stripManagedFields(obj any) (any, error) {
-	if m, err := meta.Accessor(obj); err == nil && m.GetManagedFields() != nil {
+// stripUnread drops the metadata the status controller never reads from the objects its
+// informer caches.
+func stripUnread(obj any) (any, error) {
+	if m, err := meta.Accessor(obj); err == nil {
 		m.SetManagedFields(nil)
+		m.SetLabels(nil)
+		m.SetAnnotations(nil)
 	}
 	return obj, nil
 }

@@ -49,7 +49,11 @@ func TestStatusOfARealTarget(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	if _, err := mounts.Create(ctx, urlMountOf("status-remote", "remote-kubeconfig"), metav1.CreateOptions{}); err != nil {
+	// Labels and annotations survive the controller's status writes (its informer drops them).
+	created := urlMountOf("status-remote", "remote-kubeconfig")
+	created.Labels = map[string]string{"env": "prod"}
+	created.Annotations = map[string]string{"team": "platform"}
+	if _, err := mounts.Create(ctx, created, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	var phases []string
@@ -82,6 +86,9 @@ func TestStatusOfARealTarget(t *testing.T) {
 	}
 	if m.Status.ObservedGeneration != m.Generation {
 		t.Errorf("observedGeneration %d, generation %d", m.Status.ObservedGeneration, m.Generation)
+	}
+	if m.Labels["env"] != "prod" || m.Annotations["team"] != "platform" {
+		t.Errorf("after the status writes: labels %v, annotations %v", m.Labels, m.Annotations)
 	}
 	for _, c := range []string{v1alpha1.ConditionCredentialsResolved, v1alpha1.ConditionTargetReachable, v1alpha1.ConditionReady} {
 		if condition(m, c).Status != metav1.ConditionTrue {
