@@ -30,9 +30,17 @@ func TestBinaryRestartKeepsData(t *testing.T) {
 	bin := framework.BuildBinary(t)
 	root := t.TempDir()
 	ctx := context.Background()
+	// The binary sets GOGC=75 unless GOGC is set; the test checks both.
+	if v, ok := os.LookupEnv("GOGC"); ok {
+		_ = os.Unsetenv("GOGC")
+		t.Cleanup(func() { _ = os.Setenv("GOGC", v) })
+	}
 
 	// The test writes a status itself and checks it survives: no controller rewrites it.
 	first := bin.Start(t, root, "--status-controller=false")
+	if gogc, err := framework.Metric(first.Config, "go_gc_gogc_percent"); err != nil || gogc != 75 {
+		t.Errorf("without GOGC: go_gc_gogc_percent %d (%v), want 75", gogc, err)
+	}
 	const n = 50
 	for i := range n {
 		m := urlMount(fmt.Sprintf("m-%03d", i))
@@ -67,7 +75,11 @@ func TestBinaryRestartKeepsData(t *testing.T) {
 	}
 	t.Logf("clean shutdown took %v", time.Since(start).Round(time.Millisecond))
 
+	t.Setenv("GOGC", "100")
 	second := bin.Start(t, root, "--status-controller=false")
+	if gogc, err := framework.Metric(second.Config, "go_gc_gogc_percent"); err != nil || gogc != 100 {
+		t.Errorf("with GOGC=100: go_gc_gogc_percent %d (%v), want 100", gogc, err)
+	}
 	list, err := second.Client.MountsV1alpha1().Mounts().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
