@@ -1,6 +1,7 @@
 package mounts
 
 import (
+	"slices"
 	"unique"
 	"unsafe"
 
@@ -14,8 +15,8 @@ import (
 // The watch cache keeps every Mount decoded, most of them twice: the current version and the
 // creation version its event history still holds. Most of a Mount's bytes repeat from mount to
 // mount: condition types, reasons and messages, the Secret reference, the CA bundle, and the
-// managers and field sets of managedFields. Decoding them into one shared copy each roughly
-// halves what a cached Mount costs (BenchmarkDecodeRetained).
+// managers and field sets of managedFields. Decoding them into one shared copy each takes what
+// a cached Mount keeps from 2.1 KB to 1.2 KB (BenchmarkDecodeRetained).
 //
 // Shared values are safe because objects read from storage are never modified in place: the
 // cache hands the same object to every reader, and writers deep-copy first (DeepCopy gives
@@ -53,6 +54,10 @@ func internMount(m *mounts.Mount) {
 	s.CABundle = internBytes(s.CABundle)
 
 	m.Status.Phase = mounts.MountPhase(internString(string(m.Status.Phase)))
+	// Decoding grows slices by doubling: three conditions sit in room for four.
+	if cap(m.Status.Conditions) > len(m.Status.Conditions) {
+		m.Status.Conditions = slices.Clone(m.Status.Conditions)
+	}
 	for i := range m.Status.Conditions {
 		c := &m.Status.Conditions[i]
 		c.Type = internString(c.Type)

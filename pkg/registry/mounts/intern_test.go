@@ -114,6 +114,9 @@ func TestInternCodecSharesRepeatedValues(t *testing.T) {
 	if &a.Spec.CABundle[0] != &b.Spec.CABundle[0] {
 		t.Error("spec.caBundle: two decoded Mounts hold separate copies")
 	}
+	if c := a.Status.Conditions; cap(c) != len(c) {
+		t.Errorf("status.conditions: %d conditions in room for %d", len(c), cap(c))
+	}
 	if sameString(a.Status.URL, b.Status.URL) || a.Status.URL == b.Status.URL {
 		t.Errorf("status.URL of different mounts must stay distinct: %q", a.Status.URL)
 	}
