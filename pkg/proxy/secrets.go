@@ -12,9 +12,11 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 )
 
 // SecretSource returns the Secrets that Mounts reference.
@@ -30,13 +32,20 @@ func (NoSecrets) GetSecret(_ context.Context, namespace, name string) (*corev1.S
 	return nil, fmt.Errorf("this server has no cluster to read Secret %s/%s from: run it aggregated (--kubeconfig) or standalone with --secrets-kubeconfig", namespace, name)
 }
 
+// DefaultSecretIdleTimeout is how long a Secret stays watched after its last read. The status
+// controller reads the Secret of every mount at each probe (every 30 s by default), so only
+// Secrets no Mount uses any more, or that only another replica's controller reads, go idle.
+const DefaultSecretIdleTimeout = 10 * time.Minute
+
 // WatchedSecrets reads Secrets from a cluster through one single-object informer per
 // referenced Secret: a rotated Secret is seen at once, reads cost no round trip, and no other
-// Secret of the cluster is ever cached in this process.
+// Secret of the cluster is ever cached in this process. A Secret not read for the idle timeout
+// is no longer watched; reading it again watches it again.
 type WatchedSecrets struct {
 	client   kubernetes.Interface
 	ctx      context.Context
 	syncWait time.Duration
+	idle     time.Duration
 
 	mu        sync.Mutex
 	watchers  map[types.NamespacedName]*secretWatcher
@@ -46,11 +55,38 @@ type WatchedSecrets struct {
 type secretWatcher struct {
 	informer cache.SharedIndexInformer
 	cancel   context.CancelFunc
+	lastRead time.Time // guarded by WatchedSecrets.mu
 }
 
-// NewWatchedSecrets returns a source whose informers run until ctx ends.
-func NewWatchedSecrets(ctx context.Context, client kubernetes.Interface) *WatchedSecrets {
-	return &WatchedSecrets{client: client, ctx: ctx, syncWait: 5 * time.Second, watchers: map[types.NamespacedName]*secretWatcher{}}
+// NewWatchedSecrets returns a source whose informers run until ctx ends, or until their
+// Secret was not read for idle (0: until ctx ends).
+func NewWatchedSecrets(ctx context.Context, client kubernetes.Interface, idle time.Duration) *WatchedSecrets {
+	s := &WatchedSecrets{client: client, ctx: ctx, syncWait: 5 * time.Second, idle: idle, watchers: map[types.NamespacedName]*secretWatcher{}}
+	if idle > 0 {
+		go wait.UntilWithContext(ctx, s.stopIdle, idle/2)
+	}
+	return s
+}
+
+// Watched returns how many Secrets are watched.
+func (s *WatchedSecrets) Watched() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.watchers)
+}
+
+// stopIdle stops the watches of Secrets not read for the idle timeout.
+func (s *WatchedSecrets) stopIdle(ctx context.Context) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	for key, w := range s.watchers {
+		if now.Sub(w.lastRead) >= s.idle {
+			w.cancel()
+			delete(s.watchers, key)
+			klog.FromContext(ctx).V(2).Info("Stopped watching an idle Secret", "secret", key)
+		}
+	}
 }
 
 // OnChange registers f to be called when a watched Secret is added, changed or deleted.
@@ -89,22 +125,13 @@ func (s *WatchedSecrets) GetSecret(ctx context.Context, namespace, name string) 
 	return obj.(*corev1.Secret), nil
 }
 
-// Forget stops watching a Secret that no Mount references any more.
-func (s *WatchedSecrets) Forget(namespace, name string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	key := types.NamespacedName{Namespace: namespace, Name: name}
-	if w, ok := s.watchers[key]; ok {
-		w.cancel()
-		delete(s.watchers, key)
-	}
-}
-
+// watcher returns the Secret's watcher, started on first use, and marks it read.
 func (s *WatchedSecrets) watcher(namespace, name string) *secretWatcher {
 	key := types.NamespacedName{Namespace: namespace, Name: name}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if w, ok := s.watchers[key]; ok {
+		w.lastRead = time.Now()
 		return w
 	}
 	selector := fields.OneTermEqualSelector("metadata.name", name).String()
@@ -127,7 +154,7 @@ func (s *WatchedSecrets) watcher(namespace, name string) *secretWatcher {
 	})
 	ctx, cancel := context.WithCancel(s.ctx)
 	go informer.RunWithContext(ctx)
-	w := &secretWatcher{informer: informer, cancel: cancel}
+	w := &secretWatcher{informer: informer, cancel: cancel, lastRead: time.Now()}
 	s.watchers[key] = w
 	return w
 }

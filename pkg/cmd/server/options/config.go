@@ -129,7 +129,7 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 		if err := o.applyDelegated(cfg, ca); err != nil {
 			return nil, err
 		}
-		cfg.Extra.Proxier.Secrets = proxy.NewWatchedSecrets(ctx, cfg.Extra.HostClient)
+		cfg.Extra.Proxier.Secrets = proxy.NewWatchedSecrets(ctx, cfg.Extra.HostClient, proxy.DefaultSecretIdleTimeout)
 		secretAccess, err := secretaccess.New(cfg.Extra.HostClient.AuthorizationV1())
 		if err != nil {
 			return nil, err
@@ -148,7 +148,7 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 		if err != nil {
 			return nil, fmt.Errorf("creating client of --secrets-kubeconfig: %w", err)
 		}
-		cfg.Extra.Proxier.Secrets = proxy.NewWatchedSecrets(ctx, secretsClient)
+		cfg.Extra.Proxier.Secrets = proxy.NewWatchedSecrets(ctx, secretsClient, proxy.DefaultSecretIdleTimeout)
 		secretAccess, err := secretaccess.New(secretsClient.AuthorizationV1())
 		if err != nil {
 			return nil, err
