@@ -1,8 +1,0 @@
-package storagevalue
-
-import (
-	"k8s.io/apiserver/pkg/storage/value"
-	"k8s.io/apiserver/pkg/storage/value/encrypt/identity"
-)
-
-func identityOf() value.Transformer { return identity.NewEncryptCheckTransformer() }
