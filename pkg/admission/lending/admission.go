@@ -1,43 +1,60 @@
-package secretaccess
+package lending
 
 import (
 	"context"
 	"fmt"
 	"time"
 
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
 	authorizationclient "k8s.io/client-go/kubernetes/typed/authorization/v1"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
+	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
 )
 
 // PluginName is the name of the check in admission errors.
-const PluginName = "MountSecretAccess"
+const PluginName = "MountLending"
 
-// Decisions are cached briefly, as delegated authorization caches its own: creating 10,000
-// mounts of one Secret asks the cluster once, not 10,000 times at the client's QPS.
+// VerbLend on mounts (resourceNames allowed) lets a requester create or change a Mount with
+// identity mode MountCredentials, which lends the mount's credentials as they are to every
+// caller allowed to proxy through it. Reading the Secret is not enough for that: reading a
+// credential is not handing it out.
+const VerbLend = "lend"
+
+// Decisions of the cluster that holds the Secrets are cached briefly, as delegated
+// authorization caches its own: creating 10,000 mounts of one Secret asks the cluster once,
+// not 10,000 times at the client's QPS.
 const (
 	allowCacheTTL = 10 * time.Second
 	denyCacheTTL  = 5 * time.Second
 )
 
-// Plugin asks the cluster that holds the Secrets, by SubjectAccessReview, whether the
-// requester may get the referenced Secret.
+// Plugin authorizes creates of Mounts and every change of what a Mount lends.
 type Plugin struct {
 	*admission.Handler
-	authz authorizer.Authorizer
+	// secrets asks the cluster that holds the Secrets whether the requester may get one; nil
+	// when this server reads no Secrets (there are no credentials to lend).
+	secrets authorizer.Authorizer
+	// mounts is this server's own authorizer, which decides the verb "lend" on mounts.
+	mounts authorizer.Authorizer
 }
 
 var _ admission.ValidationInterface = &Plugin{}
 
-// New returns the check, asking through reviews. With no reviews client (a standalone server
-// that reads no Secrets) it admits everything: there are no credentials to lend.
-func New(reviews authorizationclient.AuthorizationV1Interface) (*Plugin, error) {
-	p := &Plugin{Handler: admission.NewHandler(admission.Create, admission.Update)}
+// New returns the check. mountsAuthz is the server's own authorizer; reviews is the
+// authorization client of the cluster that holds the Secrets, nil when there is none.
+func New(mountsAuthz authorizer.Authorizer, reviews authorizationclient.AuthorizationV1Interface) (*Plugin, error) {
+	if mountsAuthz == nil {
+		return nil, fmt.Errorf("%s needs the server's authorizer", PluginName)
+	}
+	p := &Plugin{Handler: admission.NewHandler(admission.Create, admission.Update), mounts: mountsAuthz}
 	if reviews == nil {
 		return p, nil
 	}
@@ -50,30 +67,50 @@ func New(reviews authorizationclient.AuthorizationV1Interface) (*Plugin, error) 
 	if err != nil {
 		return nil, fmt.Errorf("creating the %s authorizer: %w", PluginName, err)
 	}
-	p.authz = authz
+	p.secrets = authz
 	return p, nil
 }
 
-// Validate checks creates and reference changes of URL mounts.
+// Lends returns the part of a spec that decides what a Mount lends: all of it but the
+// timeouts. A field added to the spec later lends until it is listed here as harmless, so a
+// forgotten field fails closed.
+func Lends(spec *mounts.MountSpec) mounts.MountSpec {
+	lent := *spec.DeepCopy()
+	lent.Timeouts = nil
+	return lent
+}
+
+// Validate checks creates, and updates that change what a Mount lends, of the main resource.
 func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
-	if p.authz == nil || a.GetResource().GroupResource() != mounts.Resource("mounts") || a.GetSubresource() != "" {
+	if a.GetResource().GroupResource() != mounts.Resource("mounts") || a.GetSubresource() != "" {
 		return nil
 	}
 	m, ok := a.GetObject().(*mounts.Mount)
-	if !ok || m.Spec.Type != mounts.MountTypeURL {
+	if !ok {
 		return nil
 	}
 	if a.GetOperation() == admission.Update {
-		if old, ok := a.GetOldObject().(*mounts.Mount); ok && old.Spec.Type == m.Spec.Type && old.Spec.Ref == m.Spec.Ref {
+		if old, ok := a.GetOldObject().(*mounts.Mount); ok && apiequality.Semantic.DeepEqual(Lends(&old.Spec), Lends(&m.Spec)) {
 			return nil
 		}
 	}
 	requester := a.GetUserInfo()
 	if requester == nil {
-		return admission.NewForbidden(a, fmt.Errorf("no requester to check Secret access for"))
+		return admission.NewForbidden(a, fmt.Errorf("no requester to check what the mount lends"))
+	}
+	if err := p.checkSecret(ctx, a, requester, m); err != nil {
+		return err
+	}
+	return p.checkMode(ctx, a, requester, m)
+}
+
+// checkSecret: only who may read a Secret may lend it.
+func (p *Plugin) checkSecret(ctx context.Context, a admission.Attributes, requester user.Info, m *mounts.Mount) error {
+	if p.secrets == nil || m.Spec.Type != mounts.MountTypeURL {
+		return nil
 	}
 	ref := m.Spec.Ref
-	decision, _, err := p.authz.Authorize(ctx, authorizer.AttributesRecord{
+	decision, _, err := p.secrets.Authorize(ctx, authorizer.AttributesRecord{
 		User: requester, Verb: "get", APIVersion: "v1", Resource: "secrets", Namespace: ref.Namespace, Name: ref.Name, ResourceRequest: true,
 	})
 	if err != nil {
@@ -81,8 +118,31 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 		return apierrors.NewServiceUnavailable(fmt.Sprintf("%s: cannot check whether %q may get Secret %s/%s: %v", PluginName, requester.GetName(), ref.Namespace, ref.Name, err))
 	}
 	if decision != authorizer.DecisionAllow {
-		return admission.NewForbidden(a, fmt.Errorf("spec.ref: %q may not get Secret %s/%s; a Mount lends the credentials in its Secret to everyone allowed to proxy through it, so only who may read the Secret may reference it",
-			requester.GetName(), ref.Namespace, ref.Name))
+		return admission.NewForbidden(a, fmt.Errorf("%s: %q may not get Secret %s/%s; a Mount lends the credentials in its Secret to everyone allowed to proxy through it, so only who may read the Secret may reference it or change what the mount lends",
+			field.NewPath("spec", "ref"), requester.GetName(), ref.Namespace, ref.Name))
 	}
 	return nil
+}
+
+// checkMode: MountCredentials hands the credentials out as they are, which needs "lend".
+func (p *Plugin) checkMode(ctx context.Context, a admission.Attributes, requester user.Info, m *mounts.Mount) error {
+	if m.Spec.Identity.Mode != mounts.IdentityModeMountCredentials {
+		return nil
+	}
+	decision, reason, err := p.mounts.Authorize(ctx, authorizer.AttributesRecord{
+		User: requester, Verb: VerbLend, APIGroup: mounts.GroupName, APIVersion: v1alpha1.SchemeGroupVersion.Version,
+		Resource: "mounts", Name: m.Name, ResourceRequest: true,
+	})
+	if decision == authorizer.DecisionAllow {
+		return nil
+	}
+	if err != nil {
+		return apierrors.NewServiceUnavailable(fmt.Sprintf("%s: cannot check whether %q may lend mount %q: %v", PluginName, requester.GetName(), m.Name, err))
+	}
+	msg := fmt.Sprintf("%s: %s lets every caller allowed to proxy through the mount act with its credentials as they are; that needs verb %q on mounts.%s %q, which %q does not have",
+		field.NewPath("spec", "identity", "mode"), mounts.IdentityModeMountCredentials, VerbLend, mounts.GroupName, m.Name, requester.GetName())
+	if reason != "" {
+		msg += " (" + reason + ")"
+	}
+	return admission.NewForbidden(a, fmt.Errorf("%s", msg))
 }

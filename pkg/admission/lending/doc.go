@@ -1,5 +1,5 @@
-// Package secretaccess is the admission check that the requester who creates a URL Mount, or
-// changes its reference, may get the referenced Secret on the cluster that holds it. A Mount
-// lends its credentials to everyone allowed to proxy through it, so only who can read them
-// may reference them.
-package secretaccess
+// Package lending is the admission check of what a Mount lends. A Mount lends its target's
+// credentials to everyone allowed to proxy through it, so creating one, or changing any field
+// that decides what it lends, needs the requester to be allowed to lend exactly that: to get
+// the referenced Secret, and for identity mode MountCredentials the verb "lend" on the Mount.
+package lending

@@ -23,11 +23,12 @@ import (
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/apiserver/pkg/server/healthz"
 	"k8s.io/client-go/kubernetes"
+	authorizationclient "k8s.io/client-go/kubernetes/typed/authorization/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
-	"github.com/kcp-dev/mount-apiserver/pkg/admission/secretaccess"
+	"github.com/kcp-dev/mount-apiserver/pkg/admission/lending"
 	mountapiserver "github.com/kcp-dev/mount-apiserver/pkg/apiserver"
 	"github.com/kcp-dev/mount-apiserver/pkg/authentication"
 	"github.com/kcp-dev/mount-apiserver/pkg/controller/status"
@@ -102,6 +103,7 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 			MaxIdleConnsPerMount: o.ProxyMaxIdleConnsPerMount,
 		}, proxy.DefaultMetrics()),
 		Metrics: proxy.DefaultMetrics(),
+		MaxHops: o.ProxyMaxHops,
 		// Mounts of one target share a probe result for a third of the probe interval.
 		Probes: &proxy.ProbeCache{TTL: o.StatusProbeInterval / 3},
 	}
@@ -130,15 +132,16 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 			return nil, err
 		}
 		cfg.Extra.Proxier.Secrets = proxy.NewWatchedSecrets(ctx, cfg.Extra.HostClient, proxy.DefaultSecretIdleTimeout)
-		secretAccess, err := secretaccess.New(cfg.Extra.HostClient.AuthorizationV1())
-		if err != nil {
+		if generic.AdmissionControl, err = lending.New(generic.Authorization.Authorizer, cfg.Extra.HostClient.AuthorizationV1()); err != nil {
 			return nil, err
 		}
-		generic.AdmissionControl = secretAccess
 		logger.Info("Running as an aggregated API server", "kubeconfig", o.Kubeconfig, "inCluster", o.InCluster)
 		return cfg, nil
 	}
 
+	// The cluster that holds the Secrets of URL mounts decides who may lend them; without one
+	// there are no Secrets to lend.
+	var secretReviews authorizationclient.AuthorizationV1Interface
 	if o.SecretsKubeconfig != "" {
 		secretsConfig, err := clientcmd.BuildConfigFromFlags("", o.SecretsKubeconfig)
 		if err != nil {
@@ -149,14 +152,13 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 			return nil, fmt.Errorf("creating client of --secrets-kubeconfig: %w", err)
 		}
 		cfg.Extra.Proxier.Secrets = proxy.NewWatchedSecrets(ctx, secretsClient, proxy.DefaultSecretIdleTimeout)
-		secretAccess, err := secretaccess.New(secretsClient.AuthorizationV1())
-		if err != nil {
-			return nil, err
-		}
-		generic.AdmissionControl = secretAccess
+		secretReviews = secretsClient.AuthorizationV1()
 	}
 
 	if err := applyStandaloneAuth(generic, ca); err != nil {
+		return nil, err
+	}
+	if generic.AdmissionControl, err = lending.New(generic.Authorization.Authorizer, secretReviews); err != nil {
 		return nil, err
 	}
 	cfg.Extra.AdminKubeconfig = filepath.Join(o.RootDirectory, AdminKubeconfigFile)
