@@ -21,6 +21,10 @@ const RetryAfterSeconds = "5"
 // for reasons a retry does not fix (name resolution, TLS verification).
 const ReasonBadGateway metav1.StatusReason = "BadGateway"
 
+// ReasonLoopDetected is the Status reason of a request refused for passing too many mount
+// proxies.
+const ReasonLoopDetected metav1.StatusReason = "LoopDetected"
+
 // statusForError maps a failure to reach the target onto a Status: 504 for timeouts, 503
 // (retry later) when the target refuses or cannot be routed to, 502 for other dial and TLS
 // failures. Messages name the target's address, never credentials.

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/textproto"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -36,6 +38,16 @@ type Proxier struct {
 	Metrics    *Metrics
 	// Probes shares health probe results between mounts of one target.
 	Probes *ProbeCache
+	// MaxHops is how many mount proxies a request may have passed before this one; 0 means
+	// DefaultMaxHops.
+	MaxHops int
+}
+
+func (p *Proxier) maxHops() int {
+	if p.MaxHops > 0 {
+		return p.MaxHops
+	}
+	return DefaultMaxHops
 }
 
 // Reasons of a CredentialsError, also the reasons of the CredentialsResolved condition.
@@ -154,9 +166,65 @@ type requestHandler struct {
 }
 
 // scrubbedHeaders never travel from the caller to the target: the caller's credentials and
-// identity claims belong to this server, not to the mount's target.
-var scrubbedHeaders = []string{"Authorization", "Proxy-Authorization", "Cookie"}
+// identity claims belong to this server, not to the mount's target; hop-by-hop headers
+// describe the caller's connection, not the request (RFC 9110, 7.6.1).
+var scrubbedHeaders = []string{"Authorization", "Proxy-Authorization", "Cookie",
+	"Connection", "Proxy-Connection", "Keep-Alive", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
 var scrubbedPrefixes = []string{"Impersonate-", "X-Remote-"}
+
+// scrubHeaders removes from h what the caller may not send to the target. Headers that the
+// caller names in Connection go too: a proxy in front of the target drops them, and the
+// caller must not be able to make it drop the impersonation headers this proxy adds (a
+// request would then run with the mount's bare credentials). An upgrade keeps exactly the
+// Connection this proxy means, "Upgrade", and the caller's protocol.
+func scrubHeaders(h http.Header, upgrade bool) {
+	protocols := h.Values("Upgrade")
+	for _, value := range h.Values("Connection") {
+		for name := range strings.SplitSeq(value, ",") {
+			if name = textproto.TrimString(name); name != "" {
+				h.Del(name)
+			}
+		}
+	}
+	for _, name := range scrubbedHeaders {
+		h.Del(name)
+	}
+	for name := range h {
+		for _, prefix := range scrubbedPrefixes {
+			if strings.HasPrefix(name, prefix) {
+				h.Del(name)
+			}
+		}
+	}
+	if upgrade {
+		h.Set("Connection", "Upgrade")
+		h["Upgrade"] = protocols
+	}
+}
+
+// HopsHeader counts the mount proxies a request has passed. Each proxy refuses a request that
+// has passed MaxHops already and sends the count plus one, so a mount whose target leads back
+// to a mount proxy (this server, directly or through an aggregator) cannot fan one request out
+// into an unbounded chain of held requests. kcp bounds its virtual-resource hops alike.
+const HopsHeader = "X-Mount-Proxy-Hops"
+
+// DefaultMaxHops allows a mount of a mount of a mount (kcp workspace mounts nest), no more.
+const DefaultMaxHops = 3
+
+// hops reads the hop count of a request; a missing header is 0, anything but one
+// non-negative number is an error.
+func hops(h http.Header) (int, error) {
+	values := h.Values(HopsHeader)
+	switch len(values) {
+	case 0:
+		return 0, nil
+	case 1:
+		if n, err := strconv.Atoi(values[0]); err == nil && n >= 0 {
+			return n, nil
+		}
+	}
+	return 0, fmt.Errorf("header %s must be one non-negative number", HopsHeader)
+}
 
 func (h *requestHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	start := time.Now()
@@ -179,6 +247,18 @@ func (h *requestHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	defer func() { metrics.observe(h.mount.Name, req.Method, code, written, time.Since(start)) }()
 
 	ctx := req.Context()
+	hop, err := hops(req.Header)
+	if err != nil {
+		code = http.StatusBadRequest
+		writeStatus(w, newStatus(http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error()))
+		return
+	}
+	if maxHops := h.proxier.maxHops(); hop >= maxHops {
+		code = http.StatusLoopDetected
+		writeStatus(w, newStatus(http.StatusLoopDetected, ReasonLoopDetected, fmt.Sprintf(
+			"the request has passed %d mount proxies already, at most %d are allowed: does the target of mount %q lead back to a mount proxy?", hop, maxHops, h.mount.Name)))
+		return
+	}
 	upgrade := httpstream.IsUpgradeRequest(req)
 	if upgrade {
 		// A WebSocket exec is a GET; "get" on mounts/proxy must not be enough to run
@@ -197,16 +277,8 @@ func (h *requestHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 
 	out := req.Clone(ctx)
-	for _, name := range scrubbedHeaders {
-		out.Header.Del(name)
-	}
-	for name := range out.Header {
-		for _, prefix := range scrubbedPrefixes {
-			if strings.HasPrefix(name, prefix) {
-				out.Header.Del(name)
-			}
-		}
-	}
+	scrubHeaders(out.Header, upgrade)
+	out.Header.Set(HopsHeader, strconv.Itoa(hop+1))
 
 	rt, upgradeRT := h.target.RoundTrippers(h.imp)
 	// The upgrade path dials Location as it is; only the plain path copies the query itself.

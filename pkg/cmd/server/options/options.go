@@ -22,6 +22,7 @@ import (
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
 	"github.com/kcp-dev/mount-apiserver/pkg/apiserver"
+	"github.com/kcp-dev/mount-apiserver/pkg/proxy"
 )
 
 // Defaults of the standalone mode.
@@ -56,6 +57,8 @@ type Options struct {
 	ProxyConnectTimeout time.Duration
 	// ProxyMaxIdleConnsPerMount bounds idle connections kept to one target.
 	ProxyMaxIdleConnsPerMount int
+	// ProxyMaxHops bounds how many mount proxies one request may pass.
+	ProxyMaxHops int
 	// ExternalBaseURL is the externally reachable base URL under which status.URL names each
 	// mount's proxy; empty derives it (the host's server URL, or this server's own URL).
 	ExternalBaseURL string
@@ -103,6 +106,7 @@ func NewOptions() *Options {
 
 		ProxyConnectTimeout:       10 * time.Second,
 		ProxyMaxIdleConnsPerMount: 16,
+		ProxyMaxHops:              proxy.DefaultMaxHops,
 		StatusProbeInterval:       30 * time.Second,
 		StatusWorkers:             16,
 		StatusController:          true,
@@ -145,6 +149,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 		"Bound of dial plus TLS handshake to a mount's target, for mounts without spec.timeouts.connectSeconds.")
 	fs.IntVar(&o.ProxyMaxIdleConnsPerMount, "proxy-max-idle-conns-per-mount", o.ProxyMaxIdleConnsPerMount,
 		"Idle connections kept open to one mount's target.")
+	fs.IntVar(&o.ProxyMaxHops, "proxy-max-hops", o.ProxyMaxHops,
+		"How many mount proxies (of this or other mount-apiservers) one request may pass, counted in the "+proxy.HopsHeader+" header; a request beyond is refused with 508. Bounds loops through mounts whose target leads back to a mount proxy.")
 	fs.StringVar(&o.ExternalBaseURL, "external-base-url", o.ExternalBaseURL,
 		"Externally reachable base URL of the mount proxies; status.URL is <base>/apis/mounts.kcp.io/v1alpha1/mounts/<name>/proxy. Defaults to the host cluster's server URL from --kubeconfig in delegated mode, and to this server's URL in standalone mode.")
 	fs.DurationVar(&o.StatusProbeInterval, "status-probe-interval", o.StatusProbeInterval,
@@ -256,6 +262,9 @@ func (o CompletedOptions) Validate() error {
 	}
 	if o.ProxyConnectTimeout <= 0 {
 		errs = append(errs, errors.New("--proxy-connect-timeout must be positive"))
+	}
+	if o.ProxyMaxHops < 1 {
+		errs = append(errs, errors.New("--proxy-max-hops must be at least 1"))
 	}
 	if o.ProxyMaxIdleConnsPerMount < 1 {
 		errs = append(errs, errors.New("--proxy-max-idle-conns-per-mount must be at least 1"))
