@@ -80,13 +80,21 @@ func Lends(spec *mounts.MountSpec) mounts.MountSpec {
 	return lent
 }
 
-// Validate checks creates, and updates that change what a Mount lends, of the main resource.
+// Validate checks creates, updates that change what a Mount lends, and status updates that
+// change where it is served.
 func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
-	if a.GetResource().GroupResource() != mounts.Resource("mounts") || a.GetSubresource() != "" {
+	if a.GetResource().GroupResource() != mounts.Resource("mounts") {
 		return nil
 	}
 	m, ok := a.GetObject().(*mounts.Mount)
 	if !ok {
+		return nil
+	}
+	switch a.GetSubresource() {
+	case "":
+	case "status":
+		return p.checkStatus(ctx, a, m)
+	default:
 		return nil
 	}
 	if a.GetOperation() == admission.Update {
@@ -129,6 +137,28 @@ func (p *Plugin) checkMode(ctx context.Context, a admission.Attributes, requeste
 	if m.Spec.Identity.Mode != mounts.IdentityModeMountCredentials {
 		return nil
 	}
+	return p.checkLend(ctx, a, requester, m, field.NewPath("spec", "identity", "mode"),
+		fmt.Sprintf("%s lets every caller allowed to proxy through the mount act with its credentials as they are", mounts.IdentityModeMountCredentials))
+}
+
+// checkStatus: status.URL is where kcp sends the requests of a workspace mounted on this
+// Mount, with their callers' credentials, so changing it lends as much as the mount itself.
+// The status controller writes it as this server, which may lend.
+func (p *Plugin) checkStatus(ctx context.Context, a admission.Attributes, m *mounts.Mount) error {
+	old, ok := a.GetOldObject().(*mounts.Mount)
+	if a.GetOperation() != admission.Update || !ok || old.Status.URL == m.Status.URL {
+		return nil
+	}
+	requester := a.GetUserInfo()
+	if requester == nil {
+		return admission.NewForbidden(a, fmt.Errorf("no requester to check what the mount lends"))
+	}
+	return p.checkLend(ctx, a, requester, m, field.NewPath("status", "URL"),
+		"status.URL is where kcp sends the requests of a workspace mounted on this mount, with their callers' credentials")
+}
+
+// checkLend asks this server's authorizer for the verb "lend" on the Mount.
+func (p *Plugin) checkLend(ctx context.Context, a admission.Attributes, requester user.Info, m *mounts.Mount, fldPath *field.Path, why string) error {
 	decision, reason, err := p.mounts.Authorize(ctx, authorizer.AttributesRecord{
 		User: requester, Verb: VerbLend, APIGroup: mounts.GroupName, APIVersion: v1alpha1.SchemeGroupVersion.Version,
 		Resource: "mounts", Name: m.Name, ResourceRequest: true,
@@ -139,8 +169,8 @@ func (p *Plugin) checkMode(ctx context.Context, a admission.Attributes, requeste
 	if err != nil {
 		return apierrors.NewServiceUnavailable(fmt.Sprintf("%s: cannot check whether %q may lend mount %q: %v", PluginName, requester.GetName(), m.Name, err))
 	}
-	msg := fmt.Sprintf("%s: %s lets every caller allowed to proxy through the mount act with its credentials as they are; that needs verb %q on mounts.%s %q, which %q does not have",
-		field.NewPath("spec", "identity", "mode"), mounts.IdentityModeMountCredentials, VerbLend, mounts.GroupName, m.Name, requester.GetName())
+	msg := fmt.Sprintf("%s: %s; that needs verb %q on mounts.%s %q, which %q does not have",
+		fldPath, why, VerbLend, mounts.GroupName, m.Name, requester.GetName())
 	if reason != "" {
 		msg += " (" + reason + ")"
 	}

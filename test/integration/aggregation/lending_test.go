@@ -103,6 +103,19 @@ func TestEditorsCannotChangeWhatAMountLends(t *testing.T) {
 		t.Errorf("the mount after mallory's attempts: %v %+v", err, m.Spec)
 	}
 
+	// status.URL is where kcp routes a mounted workspace, with its callers' credentials:
+	// mounts-admin may correct status by hand, but not move the URL without "lend".
+	statusAdmin := "status-admin-" + suffix
+	bind(t, statusAdmin, "mounts-admin")
+	statusAdmins := mountsClient(t, user(t, statusAdmin)).MountsV1alpha1().Mounts()
+	eventually(t, "mounts-admin patches status conditions", func() error {
+		_, err := statusAdmins.Patch(ctx, name, types.MergePatchType, []byte(`{"status":{"phase":"Unknown"}}`), metav1.PatchOptions{}, "status")
+		return err
+	})
+	if _, err := statusAdmins.Patch(ctx, name, types.MergePatchType, []byte(`{"status":{"URL":"https://127.0.0.1:1/elsewhere"}}`), metav1.PatchOptions{}, "status"); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), `verb "lend"`) {
+		t.Errorf("mounts-admin moves status.URL: %v, want 403 asking for lend", err)
+	}
+
 	// lender may read the Secret: impersonating mounts of it, yes; lending it as it is, only
 	// with "lend".
 	lender := "lender-" + suffix
