@@ -15,6 +15,7 @@ import (
 	"github.com/kcp-dev/mount-apiserver/pkg/embeddedetcd"
 	"github.com/kcp-dev/mount-apiserver/pkg/proxy"
 	mountsregistry "github.com/kcp-dev/mount-apiserver/pkg/registry/mounts"
+	secretsregistry "github.com/kcp-dev/mount-apiserver/pkg/registry/secrets"
 )
 
 // Config is the configuration of a mount-apiserver, built by the command's options.
@@ -37,6 +38,9 @@ type ExtraConfig struct {
 	// APIServiceCABundle after it started serving.
 	APIServiceName     string
 	APIServiceCABundle []byte
+
+	// ServeSecrets serves core v1 Secrets (standalone mode without another cluster for them).
+	ServeSecrets bool
 
 	// Proxier serves mounts/proxy; its Authorizer is filled in from the generic config.
 	Proxier *proxy.Proxier
@@ -100,6 +104,18 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 	if err := generic.InstallAPIGroup(&group); err != nil {
 		return nil, fmt.Errorf("installing API group %s: %w", mounts.GroupName, err)
+	}
+
+	if c.Extra.ServeSecrets {
+		secrets, err := secretsregistry.NewREST(Scheme, c.Generic.RESTOptionsGetter)
+		if err != nil {
+			return nil, err
+		}
+		core := genericapiserver.NewDefaultAPIGroupInfo("", Scheme, ParameterCodec, Codecs)
+		core.VersionedResourcesStorageMap[CoreV1.Version] = map[string]rest.Storage{"secrets": secrets}
+		if err := generic.InstallLegacyAPIGroup(genericapiserver.DefaultLegacyAPIPrefix, &core); err != nil {
+			return nil, fmt.Errorf("installing core v1 Secrets: %w", err)
+		}
 	}
 
 	if err := generic.AddPostStartHook("mount-proxy-transport-expiry", func(hookCtx genericapiserver.PostStartHookContext) error {

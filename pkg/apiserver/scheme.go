@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -17,8 +18,18 @@ var (
 	Codecs = serializer.NewCodecFactory(Scheme)
 )
 
+// CoreV1 is the core API group's version, of which the standalone server serves Secrets.
+var CoreV1 = schema.GroupVersion{Group: "", Version: "v1"}
+
 func init() {
 	install.Install(Scheme)
+
+	// Core v1 Secrets, served by the standalone server for the mounts that reference them.
+	// There is no internal Secret type outside k8s.io/kubernetes: v1 is registered as the
+	// internal version as well, and converting between the two only sets the kind.
+	for _, gv := range []schema.GroupVersion{CoreV1, {Group: "", Version: runtime.APIVersionInternal}} {
+		Scheme.AddKnownTypes(gv, &corev1.Secret{}, &corev1.SecretList{})
+	}
 
 	// Options and status objects of the generic endpoints are served as meta/v1.
 	metav1.AddToGroupVersion(Scheme, schema.GroupVersion{Version: "v1"})

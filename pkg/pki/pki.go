@@ -21,6 +21,8 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/client-go/util/keyutil"
+
+	"github.com/kcp-dev/mount-apiserver/pkg/authorization"
 )
 
 // File names below the PKI directory.
@@ -39,10 +41,13 @@ const (
 	// renewBefore renews leaf certificates that would expire within this time.
 	renewBefore = 30 * 24 * time.Hour
 
-	// AdminUser and AdminGroup are the identity of the admin kubeconfig.
-	AdminUser  = "mount-admin"
-	AdminGroup = "system:masters"
+	// AdminUser is the user of the admin kubeconfig.
+	AdminUser = "mount-admin"
 )
+
+// AdminGroup is the group of the admin kubeconfig. It is not system:masters, which mounts
+// never impersonate: the admin must be able to proxy through Impersonate mounts.
+const AdminGroup = authorization.AdminsGroup
 
 // PKI is the standalone credential set, loaded or created in Dir.
 type PKI struct {
@@ -137,7 +142,10 @@ func Ensure(dir string, hosts []string, ips []net.IP) (*PKI, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("serving certificate: %w", err)
 	}
-	if err := p.ensureLeaf(AdminCertFile, AdminKeyFile, nil, &x509.Certificate{
+	// An admin certificate of another group (system:masters before) is issued anew.
+	if err := p.ensureLeaf(AdminCertFile, AdminKeyFile, func(c *x509.Certificate) bool {
+		return slices.Equal(c.Subject.Organization, []string{AdminGroup})
+	}, &x509.Certificate{
 		Subject:     pkix.Name{CommonName: AdminUser, Organization: []string{AdminGroup}},
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}); err != nil {
@@ -192,6 +200,17 @@ func (p *PKI) ensureLeaf(certFile, keyFile string, fits func(*x509.Certificate) 
 	return write(certPath, keyPath, cert, key)
 }
 
+// Load loads an existing PKI from dir without creating or renewing anything.
+func Load(dir string) (*PKI, error) {
+	cert, key, err := load(filepath.Join(dir, CACertFile), filepath.Join(dir, CAKeyFile))
+	if err != nil {
+		return nil, fmt.Errorf("loading the CA of %s (has the server run with this root directory?): %w", dir, err)
+	}
+	p := &PKI{Dir: dir, ca: &CA{Cert: cert, Key: key, CertPEM: encodeCert(cert)}}
+	p.CACertPEM = p.ca.CertPEM
+	return p, nil
+}
+
 // WriteAdminKubeconfig writes a kubeconfig for the admin that talks to server. With
 // trustCA the kubeconfig trusts this PKI's CA for the server; without it, the system's roots
 // (the server presents a certificate of the user's own).
@@ -204,20 +223,44 @@ func (p *PKI) WriteAdminKubeconfig(path, server string, trustCA bool) error {
 	if err != nil {
 		return fmt.Errorf("reading admin key: %w", err)
 	}
+	data, err := p.kubeconfig(server, AdminUser, certPEM, keyPEM, trustCA)
+	if err != nil {
+		return err
+	}
+	return writeAtomic(path, data, 0o600)
+}
+
+// UserKubeconfig issues a client certificate for userName in groups (valid for a year) and
+// returns a kubeconfig with it for server.
+func (p *PKI) UserKubeconfig(server, userName string, groups []string, trustCA bool) ([]byte, error) {
+	if userName == "" {
+		return nil, fmt.Errorf("a user name is required")
+	}
+	certPEM, keyPEM, err := p.ca.IssuePEM(&x509.Certificate{
+		Subject:     pkix.Name{CommonName: userName, Organization: groups},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("issuing a client certificate for %q: %w", userName, err)
+	}
+	return p.kubeconfig(server, userName, certPEM, keyPEM, trustCA)
+}
+
+func (p *PKI) kubeconfig(server, userName string, certPEM, keyPEM []byte, trustCA bool) ([]byte, error) {
 	const name = "mount-apiserver"
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters[name] = &clientcmdapi.Cluster{Server: server}
 	if trustCA {
 		cfg.Clusters[name].CertificateAuthorityData = p.CACertPEM
 	}
-	cfg.AuthInfos[AdminUser] = &clientcmdapi.AuthInfo{ClientCertificateData: certPEM, ClientKeyData: keyPEM}
-	cfg.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: AdminUser}
+	cfg.AuthInfos[userName] = &clientcmdapi.AuthInfo{ClientCertificateData: certPEM, ClientKeyData: keyPEM}
+	cfg.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: userName}
 	cfg.CurrentContext = name
 	data, err := clientcmd.Write(*cfg)
 	if err != nil {
-		return fmt.Errorf("encoding admin kubeconfig: %w", err)
+		return nil, fmt.Errorf("encoding kubeconfig: %w", err)
 	}
-	return writeAtomic(path, data, 0o600)
+	return data, nil
 }
 
 func coversAll(c *x509.Certificate, hosts []string, ips []net.IP) bool {

@@ -24,14 +24,6 @@ type SecretSource interface {
 	GetSecret(ctx context.Context, namespace, name string) (*corev1.Secret, error)
 }
 
-// NoSecrets is the SecretSource of a standalone server without --secrets-kubeconfig.
-type NoSecrets struct{}
-
-// GetSecret always fails, saying how to give the server a cluster to read Secrets from.
-func (NoSecrets) GetSecret(_ context.Context, namespace, name string) (*corev1.Secret, error) {
-	return nil, fmt.Errorf("this server has no cluster to read Secret %s/%s from: run it aggregated (--kubeconfig) or standalone with --secrets-kubeconfig", namespace, name)
-}
-
 // DefaultSecretIdleTimeout is how long a Secret stays watched after its last read. The status
 // controller reads the Secret of every mount at each probe (every 30 s by default), so only
 // Secrets no Mount uses any more, or that only another replica's controller reads, go idle.

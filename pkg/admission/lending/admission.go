@@ -39,8 +39,7 @@ const (
 // Plugin authorizes creates of Mounts and every change of what a Mount lends.
 type Plugin struct {
 	*admission.Handler
-	// secrets asks the cluster that holds the Secrets whether the requester may get one; nil
-	// when this server reads no Secrets (there are no credentials to lend).
+	// secrets decides whether the requester may get a Secret, on the cluster that holds them.
 	secrets authorizer.Authorizer
 	// mounts is this server's own authorizer, which decides the verb "lend" on mounts.
 	mounts authorizer.Authorizer
@@ -48,16 +47,17 @@ type Plugin struct {
 
 var _ admission.ValidationInterface = &Plugin{}
 
-// New returns the check. mountsAuthz is the server's own authorizer; reviews is the
-// authorization client of the cluster that holds the Secrets, nil when there is none.
-func New(mountsAuthz authorizer.Authorizer, reviews authorizationclient.AuthorizationV1Interface) (*Plugin, error) {
-	if mountsAuthz == nil {
-		return nil, fmt.Errorf("%s needs the server's authorizer", PluginName)
+// New returns the check. mountsAuthz is the server's own authorizer; secretsAuthz decides who
+// may get a Secret, on the cluster that holds them (this server itself in standalone mode).
+func New(mountsAuthz, secretsAuthz authorizer.Authorizer) (*Plugin, error) {
+	if mountsAuthz == nil || secretsAuthz == nil {
+		return nil, fmt.Errorf("%s needs the server's authorizer and the Secrets' authorizer", PluginName)
 	}
-	p := &Plugin{Handler: admission.NewHandler(admission.Create, admission.Update), mounts: mountsAuthz}
-	if reviews == nil {
-		return p, nil
-	}
+	return &Plugin{Handler: admission.NewHandler(admission.Create, admission.Update), mounts: mountsAuthz, secrets: secretsAuthz}, nil
+}
+
+// SecretReviews asks a cluster that holds the Secrets by SubjectAccessReviews, with a cache.
+func SecretReviews(reviews authorizationclient.AuthorizationV1Interface) (authorizer.Authorizer, error) {
 	authz, err := authorizerfactory.DelegatingAuthorizerConfig{
 		SubjectAccessReviewClient: reviews,
 		AllowCacheTTL:             allowCacheTTL,
@@ -67,8 +67,7 @@ func New(mountsAuthz authorizer.Authorizer, reviews authorizationclient.Authoriz
 	if err != nil {
 		return nil, fmt.Errorf("creating the %s authorizer: %w", PluginName, err)
 	}
-	p.secrets = authz
-	return p, nil
+	return authz, nil
 }
 
 // Lends returns the part of a spec that decides what a Mount lends: all of it but the
@@ -114,7 +113,7 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 
 // checkSecret: only who may read a Secret may lend it.
 func (p *Plugin) checkSecret(ctx context.Context, a admission.Attributes, requester user.Info, m *mounts.Mount) error {
-	if p.secrets == nil || m.Spec.Type != mounts.MountTypeURL {
+	if m.Spec.Type != mounts.MountTypeURL {
 		return nil
 	}
 	ref := m.Spec.Ref

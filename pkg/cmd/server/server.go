@@ -39,6 +39,7 @@ With no flags it runs standalone: an embedded etcd and generated certificates un
 		},
 	}
 	cmd.SetContext(ctx)
+	cmd.AddCommand(newKubeconfigCommand())
 
 	fss := o.Flags()
 	globalflag.AddGlobalFlags(fss.FlagSet("global"), cmd.Name())

@@ -24,14 +24,14 @@ func allowSecretRead(t *testing.T, userName, secret string) {
 	if _, err := kube.Client.RbacV1().Roles(secretsNamespace).Create(ctx, &rbacv1.Role{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{secret}, Verbs: []string{"get"}}},
-	}, metav1.CreateOptions{}); err != nil {
+	}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 	if _, err := kube.Client.RbacV1().RoleBindings(secretsNamespace).Create(ctx, &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: name},
 		Subjects:   []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: userName}},
-	}, metav1.CreateOptions{}); err != nil {
+	}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 }

@@ -11,13 +11,15 @@ import (
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
 	"github.com/kcp-dev/mount-apiserver/pkg/cmd/server/options"
+	"github.com/kcp-dev/mount-apiserver/pkg/pki"
 	"github.com/kcp-dev/mount-apiserver/test/integration/framework"
 )
 
 // TestStandaloneProxy runs a standalone mount-apiserver that reads Secrets from a cluster
-// given by --secrets-kubeconfig (the host kube-apiserver here). Its only user, the admin, is
-// in system:masters, so it proxies through MountCredentials mounts; Impersonate mounts refuse
-// it. Without --secrets-kubeconfig, the proxy says how to give the server its Secrets.
+// given by --secrets-kubeconfig (the host kube-apiserver here). Its admin (group
+// mount-apiserver:admins, not system:masters) must be allowed to get the Secret there to
+// reference it; it proxies through MountCredentials mounts, and through Impersonate mounts
+// as itself. Without --secrets-kubeconfig, the server looks for the Secret among its own.
 func TestStandaloneProxy(t *testing.T) {
 	setupProxy(t)
 	ctx := context.Background()
@@ -28,14 +30,16 @@ func TestStandaloneProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 	setSecret(t, "standalone", remoteCreds)
+	allowSecretRead(t, pki.AdminUser, "standalone")
 
 	s := framework.StartInProcess(t, "", func(o *options.Options) { o.SecretsKubeconfig = kube.AdminKubeconfig })
 	mounts := s.Client.MountsV1alpha1().Mounts()
 	asIs := urlMountOf("as-is", "standalone")
 	asIs.Spec.Identity.Mode = v1alpha1.IdentityModeMountCredentials
-	if _, err := mounts.Create(ctx, asIs, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	eventually(t, "the standalone admin references a Secret it may read on the Secrets' cluster", func() error {
+		_, err := mounts.Create(ctx, asIs, metav1.CreateOptions{})
+		return err
+	})
 	if _, err := mounts.Create(ctx, urlMountOf("impersonating", "standalone"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -50,8 +54,10 @@ func TestStandaloneProxy(t *testing.T) {
 	if list, err := client("as-is").CoreV1().Namespaces().List(ctx, metav1.ListOptions{}); err != nil || len(list.Items) == 0 {
 		t.Errorf("MountCredentials mount: %v", err)
 	}
-	if _, err := client("impersonating").CoreV1().Namespaces().List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "system:masters") {
-		t.Errorf("Impersonate mount for the system:masters admin: %v", err)
+	// The admin is impersonated on the remote (not refused as system:masters was), where the
+	// mount's credentials may not impersonate.
+	if _, err := client("impersonating").CoreV1().Namespaces().List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), `User "standalone-creds" cannot impersonate`) {
+		t.Errorf("Impersonate mount for the admin: %v, want the remote's 403: the mount's credentials may not impersonate", err)
 	}
 
 	bare := framework.StartInProcess(t, "", nil)
@@ -63,7 +69,7 @@ func TestStandaloneProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = c.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
-	if !apierrors.IsServiceUnavailable(err) || !strings.Contains(err.Error(), "--secrets-kubeconfig") {
-		t.Errorf("standalone without Secrets: %v", err)
+	if !apierrors.IsServiceUnavailable(err) || !strings.Contains(err.Error(), "Secret clusters/standalone does not exist") {
+		t.Errorf("standalone with its own Secrets, the Secret missing: %v", err)
 	}
 }

@@ -14,8 +14,6 @@ import (
 	"k8s.io/apiserver/pkg/authentication/request/anonymous"
 	authenticatorunion "k8s.io/apiserver/pkg/authentication/request/union"
 	x509request "k8s.io/apiserver/pkg/authentication/request/x509"
-	"k8s.io/apiserver/pkg/authentication/user"
-	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
 	"k8s.io/apiserver/pkg/authorization/path"
 	authorizerunion "k8s.io/apiserver/pkg/authorization/union"
 	openapinamer "k8s.io/apiserver/pkg/endpoints/openapi"
@@ -23,7 +21,6 @@ import (
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/apiserver/pkg/server/healthz"
 	"k8s.io/client-go/kubernetes"
-	authorizationclient "k8s.io/client-go/kubernetes/typed/authorization/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -31,6 +28,7 @@ import (
 	"github.com/kcp-dev/mount-apiserver/pkg/admission/lending"
 	mountapiserver "github.com/kcp-dev/mount-apiserver/pkg/apiserver"
 	"github.com/kcp-dev/mount-apiserver/pkg/authentication"
+	"github.com/kcp-dev/mount-apiserver/pkg/authorization"
 	"github.com/kcp-dev/mount-apiserver/pkg/controller/status"
 	"github.com/kcp-dev/mount-apiserver/pkg/embeddedetcd"
 	generatedopenapi "github.com/kcp-dev/mount-apiserver/pkg/generated/openapi"
@@ -77,6 +75,17 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 		o.Etcd.StorageConfig.Transport.ServerList = []string{etcd.ClientURL}
 	}
 
+	// Standalone without --secrets-kubeconfig keeps the Secrets of URL mounts itself, encrypted
+	// at rest with a key of its own unless --encryption-provider-config says otherwise.
+	cfg.Extra.ServeSecrets = !o.Delegated && o.SecretsKubeconfig == ""
+	if cfg.Extra.ServeSecrets && o.Etcd.EncryptionProviderConfigFilepath == "" {
+		path := filepath.Join(o.RootDirectory, pki.EncryptionConfigFile)
+		if err := pki.EnsureEncryptionConfig(path); err != nil {
+			return nil, err
+		}
+		o.Etcd.EncryptionProviderConfigFilepath = path
+	}
+
 	generic := &cfg.Generic.Config
 	if err := o.ServerRun.ApplyTo(generic); err != nil {
 		return nil, fmt.Errorf("applying server options: %w", err)
@@ -97,7 +106,6 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 	generic.LongRunningFunc = mountapiserver.LongRunning()
 	generic.RequestInfoResolver = mountapiserver.NewRequestInfoResolver(genericapiserver.NewRequestInfoResolver(generic))
 	cfg.Extra.Proxier = &proxy.Proxier{
-		Secrets: proxy.NoSecrets{},
 		Transports: proxy.NewTransports(proxy.TransportOptions{
 			ConnectTimeout:       o.ProxyConnectTimeout,
 			MaxIdleConnsPerMount: o.ProxyMaxIdleConnsPerMount,
@@ -132,17 +140,30 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 			return nil, err
 		}
 		cfg.Extra.Proxier.Secrets = proxy.NewWatchedSecrets(ctx, cfg.Extra.HostClient, proxy.DefaultSecretIdleTimeout)
-		if generic.AdmissionControl, err = lending.New(generic.Authorization.Authorizer, cfg.Extra.HostClient.AuthorizationV1()); err != nil {
+		secretsAuthz, err := lending.SecretReviews(cfg.Extra.HostClient.AuthorizationV1())
+		if err != nil {
+			return nil, err
+		}
+		if generic.AdmissionControl, err = lending.New(generic.Authorization.Authorizer, secretsAuthz); err != nil {
 			return nil, err
 		}
 		logger.Info("Running as an aggregated API server", "kubeconfig", o.Kubeconfig, "inCluster", o.InCluster)
 		return cfg, nil
 	}
 
-	// The cluster that holds the Secrets of URL mounts decides who may lend them; without one
-	// there are no Secrets to lend.
-	var secretReviews authorizationclient.AuthorizationV1Interface
-	if o.SecretsKubeconfig != "" {
+	if err := applyStandaloneAuth(generic, ca); err != nil {
+		return nil, err
+	}
+	// Whoever holds the Secrets of URL mounts decides who may lend them: this server itself,
+	// or the cluster of --secrets-kubeconfig.
+	secretsAuthz := generic.Authorization.Authorizer
+	if cfg.Extra.ServeSecrets {
+		loopback, err := kubernetes.NewForConfig(generic.LoopbackClientConfig)
+		if err != nil {
+			return nil, fmt.Errorf("creating loopback client: %w", err)
+		}
+		cfg.Extra.Proxier.Secrets = proxy.NewWatchedSecrets(ctx, loopback, proxy.DefaultSecretIdleTimeout)
+	} else {
 		secretsConfig, err := clientcmd.BuildConfigFromFlags("", o.SecretsKubeconfig)
 		if err != nil {
 			return nil, fmt.Errorf("loading --secrets-kubeconfig %s: %w", o.SecretsKubeconfig, err)
@@ -152,13 +173,11 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 			return nil, fmt.Errorf("creating client of --secrets-kubeconfig: %w", err)
 		}
 		cfg.Extra.Proxier.Secrets = proxy.NewWatchedSecrets(ctx, secretsClient, proxy.DefaultSecretIdleTimeout)
-		secretReviews = secretsClient.AuthorizationV1()
+		if secretsAuthz, err = lending.SecretReviews(secretsClient.AuthorizationV1()); err != nil {
+			return nil, err
+		}
 	}
-
-	if err := applyStandaloneAuth(generic, ca); err != nil {
-		return nil, err
-	}
-	if generic.AdmissionControl, err = lending.New(generic.Authorization.Authorizer, secretReviews); err != nil {
+	if generic.AdmissionControl, err = lending.New(generic.Authorization.Authorizer, secretsAuthz); err != nil {
 		return nil, err
 	}
 	cfg.Extra.AdminKubeconfig = filepath.Join(o.RootDirectory, AdminKubeconfigFile)
@@ -240,7 +259,8 @@ func (o CompletedOptions) hostConfig() (*rest.Config, error) {
 const standaloneCertCacheTTL = time.Minute
 
 // applyStandaloneAuth authenticates clients by certificates of the standalone CA and
-// authorizes only system:masters, plus anonymous reads of the public paths.
+// authorizes by the built-in groups (pkg/authorization), plus anonymous reads of the public
+// paths.
 func applyStandaloneAuth(c *genericapiserver.Config, ca *pki.PKI) error {
 	clientCA, err := dynamiccertificates.NewStaticCAContent("mount-apiserver-client-ca", ca.CACertPEM)
 	if err != nil {
@@ -263,7 +283,7 @@ func applyStandaloneAuth(c *genericapiserver.Config, ca *pki.PKI) error {
 	}
 	c.Authorization.Authorizer, err = authorizerunion.New(
 		authorizerunion.NamedAuthorizer{AuthorizerName: "public-paths", Authorizer: public},
-		authorizerunion.NamedAuthorizer{AuthorizerName: "system-masters", Authorizer: authorizerfactory.NewPrivilegedGroups(user.SystemPrivilegedGroup)},
+		authorizerunion.NamedAuthorizer{AuthorizerName: "standalone-groups", Authorizer: authorization.Standalone{}},
 	)
 	if err != nil {
 		return fmt.Errorf("creating authorizer: %w", err)

@@ -96,7 +96,7 @@ func NewOptions() *Options {
 		ServerRun:     genericoptions.NewServerRunOptions(),
 		SecureServing: genericoptions.NewSecureServingOptions().WithLoopback(),
 		Etcd: genericoptions.NewEtcdOptions(storagebackend.NewDefaultConfig(DefaultEtcdPrefix,
-			apiserver.Codecs.LegacyCodec(v1alpha1.SchemeGroupVersion))),
+			apiserver.Codecs.LegacyCodec(v1alpha1.SchemeGroupVersion, apiserver.CoreV1))),
 		Audit:            genericoptions.NewAuditOptions(),
 		Features:         genericoptions.NewFeatureOptions(),
 		Logs:             logs.NewOptions(),
@@ -144,7 +144,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.StringSliceVar(&o.ServingCertHosts, "serving-cert-hosts", o.ServingCertHosts,
 		"DNS names and IPs, besides localhost and loopback, that the generated serving certificate covers. The aggregator verifies <service>.<namespace>.svc.")
 	fs.StringVar(&o.SecretsKubeconfig, "secrets-kubeconfig", o.SecretsKubeconfig,
-		"Standalone mode: kubeconfig of the cluster that holds the Secrets (key \"kubeconfig\") that URL mounts reference. Without it, standalone URL mounts cannot be proxied. In delegated mode the host cluster holds them.")
+		"Standalone mode: kubeconfig of another cluster that holds the Secrets (key \"kubeconfig\") that URL mounts reference; referencing one needs get on it there. Without it, the server keeps these Secrets itself as core v1 Secrets, encrypted at rest. In delegated mode the host cluster holds them.")
 	fs.DurationVar(&o.ProxyConnectTimeout, "proxy-connect-timeout", o.ProxyConnectTimeout,
 		"Bound of dial plus TLS handshake to a mount's target, for mounts without spec.timeouts.connectSeconds.")
 	fs.IntVar(&o.ProxyMaxIdleConnsPerMount, "proxy-max-idle-conns-per-mount", o.ProxyMaxIdleConnsPerMount,
