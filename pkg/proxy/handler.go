@@ -75,7 +75,7 @@ func (e *CredentialsError) Status() metav1.Status {
 // Target resolves the Mount's target and its cached transports.
 func (p *Proxier) Target(ctx context.Context, m *mounts.Mount) (*Target, error) {
 	if m.Spec.Type != mounts.MountTypeURL {
-		return nil, &CredentialsError{ReasonUnsupportedType, fmt.Sprintf("mount %q has type %s, which is served only in kcp mode; this server proxies type URL", m.Name, m.Spec.Type)}
+		return nil, unsupportedType(m)
 	}
 	ref := m.Spec.Ref
 	secret, err := p.Secrets.GetSecret(ctx, ref.Namespace, ref.Name)
@@ -102,12 +102,20 @@ func (p *Proxier) Target(ctx context.Context, m *mounts.Mount) (*Target, error) 
 	return target, nil
 }
 
+func unsupportedType(m *mounts.Mount) *CredentialsError {
+	return &CredentialsError{ReasonUnsupportedType, fmt.Sprintf("mount %q has type %s, which is served only in kcp mode; this server proxies type URL", m.Name, m.Spec.Type)}
+}
+
 // Handler returns the handler of one proxied request to m at innerPath. Errors returned here
 // are API errors the caller writes as they are.
 func (p *Proxier) Handler(ctx context.Context, m *mounts.Mount, innerPath string) (http.Handler, error) {
 	caller, ok := genericapirequest.UserFrom(ctx)
 	if !ok {
 		return nil, apierrors.NewUnauthorized("no user in the request")
+	}
+	// The true reason first: a mount this server cannot serve is not a matter of identity.
+	if m.Spec.Type != mounts.MountTypeURL {
+		return nil, unsupportedType(m)
 	}
 	imp, err := impersonation(m, caller)
 	if err != nil {

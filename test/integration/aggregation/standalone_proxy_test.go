@@ -7,6 +7,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
@@ -71,5 +72,26 @@ func TestStandaloneProxy(t *testing.T) {
 	_, err = c.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
 	if !apierrors.IsServiceUnavailable(err) || !strings.Contains(err.Error(), "Secret clusters/standalone does not exist") {
 		t.Errorf("standalone with its own Secrets, the Secret missing: %v", err)
+	}
+}
+
+// TestWorkspaceMountSaysWhy: outside kcp a Workspace mount cannot be proxied, and that is
+// what its proxy says first, whoever asks (here a member of system:masters, whom Impersonate
+// mounts refuse for another reason).
+func TestWorkspaceMountSaysWhy(t *testing.T) {
+	ctx := context.Background()
+	name := "ws-" + rand.String(5)
+	admin := mountsClient(t, kube.AdminConfig).MountsV1alpha1().Mounts()
+	if _, err := admin.Create(ctx, mount(name), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	c, err := kubernetes.NewForConfig(throughProxy(kube.AdminConfig, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	if !apierrors.IsServiceUnavailable(err) || !strings.Contains(err.Error(), "served only in kcp mode") {
+		t.Errorf("proxy of a Workspace mount: %v, want 503 saying it is served only in kcp mode", err)
 	}
 }
