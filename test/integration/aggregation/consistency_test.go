@@ -6,12 +6,10 @@ import (
 	"io"
 	"net/http"
 	"testing"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/rand"
-	"k8s.io/client-go/rest"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
 	"github.com/kcp-dev/mount-apiserver/test/integration/framework"
@@ -38,14 +36,9 @@ func TestProxySeesEveryAcknowledgedWrite(t *testing.T) {
 
 	name := "consistency-" + rand.String(5)
 	caller := "consistency-" + rand.String(5)
-	callerConfig := agg.DirectConfig(proxyUser(t, caller))
-	tlsConfig, err := rest.TLSConfigFor(callerConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	httpClient := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig}}
+	httpClient, host := directHTTP(t, proxyUser(t, caller))
 	proxied := func() (int, string) {
-		resp, err := httpClient.Get(callerConfig.Host + proxyPath(name) + "/api")
+		resp, err := httpClient.Get(host + proxyPath(name) + "/api")
 		if err != nil {
 			t.Fatal(err)
 		}

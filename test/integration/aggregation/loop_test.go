@@ -1,7 +1,6 @@
 package aggregation
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -9,9 +8,7 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
-	"k8s.io/client-go/rest"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
 )
@@ -21,7 +18,6 @@ import (
 // held request; the hop header bounds the chain.
 func TestProxyLoopsAreBounded(t *testing.T) {
 	setupProxy(t)
-	ctx := context.Background()
 	suffix := rand.String(5)
 	hopUser := "loop-hop-" + suffix
 	bind(t, hopUser, "mounts-proxy")
@@ -30,21 +26,12 @@ func TestProxyLoopsAreBounded(t *testing.T) {
 	name := "loop-" + suffix
 	m := urlMountOf(name, secret)
 	m.Spec.Identity.Mode = v1alpha1.IdentityModeMountCredentials
-	admin := mountsClient(t, kube.AdminConfig).MountsV1alpha1().Mounts()
-	if _, err := admin.Create(ctx, m, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = admin.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	createMount(t, m)
 
-	caller := agg.DirectConfig(proxyUser(t, "loop-caller-"+suffix))
-	tlsConfig, err := rest.TLSConfigFor(caller)
-	if err != nil {
-		t.Fatal(err)
-	}
-	httpClient := &http.Client{Timeout: time.Minute, Transport: &http.Transport{TLSClientConfig: tlsConfig}}
+	httpClient, host := directHTTP(t, proxyUser(t, "loop-caller-"+suffix))
 	nested := func(depth int) (int, string) {
 		t.Helper()
-		resp, err := httpClient.Get(caller.Host + strings.Repeat(proxyPath(name), depth) + "/version")
+		resp, err := httpClient.Get(host + strings.Repeat(proxyPath(name), depth) + "/version")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -70,7 +57,7 @@ func TestProxyLoopsAreBounded(t *testing.T) {
 
 	// A caller cannot reset the count: a forged header is refused or only counts higher.
 	for _, forged := range []string{"-1", "x", "0, 0"} {
-		req, err := http.NewRequest(http.MethodGet, caller.Host+proxyPath(name)+"/version", nil)
+		req, err := http.NewRequest(http.MethodGet, host+proxyPath(name)+"/version", nil)
 		if err != nil {
 			t.Fatal(err)
 		}

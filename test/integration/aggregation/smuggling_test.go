@@ -1,7 +1,6 @@
 package aggregation
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -13,9 +12,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"testing"
-	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/rest"
 
@@ -29,7 +26,6 @@ import (
 // must see the caller impersonated, and exactly "Connection: Upgrade".
 func TestUpgradeCannotSmuggleAwayImpersonation(t *testing.T) {
 	setupProxy(t)
-	ctx := context.Background()
 	target, err := framework.StartRecordingServer("127.0.0.1:0", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -49,22 +45,13 @@ func TestUpgradeCannotSmuggleAwayImpersonation(t *testing.T) {
 	secret := "gateway-" + suffix
 	setSecretData(t, secret, data)
 	name := "gateway-" + suffix
-	admin := mountsClient(t, kube.AdminConfig).MountsV1alpha1().Mounts()
-	if _, err := admin.Create(ctx, urlMountOf(name, secret), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = admin.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	createMount(t, urlMountOf(name, secret))
 
 	caller := "smuggler-" + suffix
-	direct := agg.DirectConfig(proxyUser(t, caller, "smugglers"))
-	tlsConfig, err := rest.TLSConfigFor(direct)
-	if err != nil {
-		t.Fatal(err)
-	}
-	httpClient := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig}}
+	httpClient, host := directHTTP(t, proxyUser(t, caller, "smugglers"))
 	eventually(t, "an upgrade request reaches the target", func() error {
 		before := len(target.Requests())
-		req, err := http.NewRequest(http.MethodGet, direct.Host+proxyPath(name)+"/api/v1/namespaces/default/pods/p/exec?command=id&stdout=true", nil)
+		req, err := http.NewRequest(http.MethodGet, host+proxyPath(name)+"/api/v1/namespaces/default/pods/p/exec?command=id&stdout=true", nil)
 		if err != nil {
 			return err
 		}

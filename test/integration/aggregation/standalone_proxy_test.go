@@ -81,11 +81,7 @@ func TestStandaloneProxy(t *testing.T) {
 func TestWorkspaceMountSaysWhy(t *testing.T) {
 	ctx := context.Background()
 	name := "ws-" + rand.String(5)
-	admin := mountsClient(t, kube.AdminConfig).MountsV1alpha1().Mounts()
-	if _, err := admin.Create(ctx, mount(name), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = admin.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	createMount(t, mount(name))
 	c, err := kubernetes.NewForConfig(throughProxy(kube.AdminConfig, name))
 	if err != nil {
 		t.Fatal(err)
