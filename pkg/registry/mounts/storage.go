@@ -11,6 +11,10 @@ import (
 	"k8s.io/apiserver/pkg/registry/generic"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
+	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/apiserver/pkg/storage/storagebackend"
+	"k8s.io/apiserver/pkg/storage/storagebackend/factory"
+	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
@@ -105,6 +109,14 @@ func (g storedRESTOptions) GetRESTOptions(resource schema.GroupResource, example
 	cfg.Codec = internCodec{Codec: cfg.Codec}
 	cfg.Transformer = storagevalue.Compressing(cfg.Transformer)
 	opts.StorageConfig = &cfg
+	// The watch cache keys objects by their own cluster, not the default one.
+	if decorate := opts.Decorator; decorate != nil {
+		objectKey := objectKeyFunc("/" + strings.TrimPrefix(opts.ResourcePrefix, "/"))
+		opts.Decorator = func(config *storagebackend.ConfigForResource, resourcePrefix string, _ func(runtime.Object) (string, error),
+			newFunc, newListFunc func() runtime.Object, getAttrs storage.AttrFunc, trigger storage.IndexerFuncs, indexers *cache.Indexers) (storage.Interface, factory.DestroyFunc, error) {
+			return decorate(config, resourcePrefix, objectKey, newFunc, newListFunc, getAttrs, trigger, indexers)
+		}
+	}
 	return opts, nil
 }
 

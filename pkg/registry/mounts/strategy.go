@@ -64,8 +64,9 @@ func (mountStrategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
 // PrepareForCreate drops a status sent with the Mount and starts it Initializing: the
 // registry is the first to see a mount, and setting the phase here saves the status
 // controller one write per mount.
-func (mountStrategy) PrepareForCreate(_ context.Context, obj runtime.Object) {
+func (mountStrategy) PrepareForCreate(ctx context.Context, obj runtime.Object) {
 	m := obj.(*mounts.Mount)
+	setCluster(ctx, m)
 	m.Status = initialStatus(metav1.Now())
 	m.Generation = 1
 }
@@ -89,6 +90,7 @@ func initialStatus(now metav1.Time) mounts.MountStatus {
 func (mountStrategy) PrepareForUpdate(_ context.Context, obj, old runtime.Object) {
 	newM, oldM := obj.(*mounts.Mount), old.(*mounts.Mount)
 	newM.Status = oldM.Status
+	keepCluster(newM, oldM)
 	if !apiequality.Semantic.DeepEqual(newM.Spec, oldM.Spec) {
 		newM.Generation = oldM.Generation + 1
 	}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/request/anonymous"
 	authenticatorunion "k8s.io/apiserver/pkg/authentication/request/union"
 	x509request "k8s.io/apiserver/pkg/authentication/request/x509"
+	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/path"
 	authorizerunion "k8s.io/apiserver/pkg/authorization/union"
 	openapinamer "k8s.io/apiserver/pkg/endpoints/openapi"
@@ -31,6 +32,7 @@ import (
 	"github.com/kcp-dev/mount-apiserver/pkg/authorization"
 	"github.com/kcp-dev/mount-apiserver/pkg/controller/status"
 	"github.com/kcp-dev/mount-apiserver/pkg/embeddedetcd"
+	"github.com/kcp-dev/mount-apiserver/pkg/kcp"
 	generatedopenapi "github.com/kcp-dev/mount-apiserver/pkg/generated/openapi"
 	"github.com/kcp-dev/mount-apiserver/pkg/pki"
 	"github.com/kcp-dev/mount-apiserver/pkg/proxy"
@@ -103,6 +105,11 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 		return nil, fmt.Errorf("applying feature options: %w", err)
 	}
 
+	if o.KcpMode {
+		generic.BuildHandlerChainFunc = func(apiHandler http.Handler, c *genericapiserver.Config) http.Handler {
+			return kcp.WithClusterPaths(genericapiserver.DefaultBuildHandlerChain(apiHandler, c))
+		}
+	}
 	generic.LongRunningFunc = mountapiserver.LongRunning()
 	generic.RequestInfoResolver = mountapiserver.NewRequestInfoResolver(genericapiserver.NewRequestInfoResolver(generic))
 	cfg.Extra.Proxier = &proxy.Proxier{
@@ -144,6 +151,7 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 		if err != nil {
 			return nil, err
 		}
+		o.restrictClusters(generic)
 		if generic.AdmissionControl, err = lending.New(generic.Authorization.Authorizer, secretsAuthz); err != nil {
 			return nil, err
 		}
@@ -177,6 +185,7 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 			return nil, err
 		}
 	}
+	o.restrictClusters(generic)
 	if generic.AdmissionControl, err = lending.New(generic.Authorization.Authorizer, secretsAuthz); err != nil {
 		return nil, err
 	}
@@ -289,6 +298,17 @@ func applyStandaloneAuth(c *genericapiserver.Config, ca *pki.PKI) error {
 		return fmt.Errorf("creating authorizer: %w", err)
 	}
 	return nil
+}
+
+// restrictClusters opens logical clusters to administrators only in kcp mode (see
+// kcp.AdminsOnlyInClusters).
+func (o CompletedOptions) restrictClusters(generic *genericapiserver.Config) {
+	if o.KcpMode {
+		generic.Authorization.Authorizer = kcp.AdminsOnlyInClusters{
+			Delegate:    generic.Authorization.Authorizer,
+			AdminGroups: []string{user.SystemPrivilegedGroup, authorization.AdminsGroup},
+		}
+	}
 }
 
 // serverURL is the URL clients on this host use: the bound address, or loopback when bound to

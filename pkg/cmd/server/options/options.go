@@ -59,6 +59,8 @@ type Options struct {
 	ProxyMaxIdleConnsPerMount int
 	// ProxyMaxHops bounds how many mount proxies one request may pass.
 	ProxyMaxHops int
+	// KcpMode serves cluster-aware paths, /clusters/<logical-cluster>/... and /clusters/*/...
+	KcpMode bool
 	// ExternalBaseURL is the externally reachable base URL under which status.URL names each
 	// mount's proxy; empty derives it (the host's server URL, or this server's own URL).
 	ExternalBaseURL string
@@ -151,6 +153,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 		"Idle connections kept open to one mount's target.")
 	fs.IntVar(&o.ProxyMaxHops, "proxy-max-hops", o.ProxyMaxHops,
 		"How many mount proxies (of this or other mount-apiservers) one request may pass, counted in the "+proxy.HopsHeader+" header; a request beyond is refused with 508. Bounds loops through mounts whose target leads back to a mount proxy.")
+	fs.BoolVar(&o.KcpMode, "kcp-mode", o.KcpMode,
+		"Serve cluster-aware paths as kcp's APIExport virtual storage forwards them: /clusters/<logical-cluster>/apis/mounts.kcp.io/... for every verb, and /clusters/*/... to list and watch across logical clusters. Work in progress: see README, \"kcp mode\".")
 	fs.StringVar(&o.ExternalBaseURL, "external-base-url", o.ExternalBaseURL,
 		"Externally reachable base URL of the mount proxies; status.URL is <base>/apis/mounts.kcp.io/v1alpha1/mounts/<name>/proxy. Defaults to the host cluster's server URL from --kubeconfig in delegated mode, and to this server's URL in standalone mode.")
 	fs.DurationVar(&o.StatusProbeInterval, "status-probe-interval", o.StatusProbeInterval,

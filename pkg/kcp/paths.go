@@ -1,0 +1,71 @@
+package kcp
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/kcp-dev/mount-apiserver/pkg/clusters"
+)
+
+// ClusterAnnotation names the logical cluster of an object, as kcp sets it on every object.
+const ClusterAnnotation = "kcp.io/cluster"
+
+// clusterNameRE matches kcp's logical cluster names (e.g. "2x7kq3n1", "root"): workspace
+// paths such as root:org:team are resolved to names by kcp before it forwards a request.
+var clusterNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+
+// ParseClusterPath splits /clusters/<name>[/<rest>] into the cluster and /<rest>. ok is false
+// for a path outside /clusters/; err says why a /clusters/ path is unusable.
+func ParseClusterPath(path string) (cluster clusters.Name, rest string, ok bool, err error) {
+	after, found := strings.CutPrefix(path, "/clusters/")
+	if !found {
+		return "", path, false, nil
+	}
+	name, rest, _ := strings.Cut(after, "/")
+	rest = "/" + rest
+	switch {
+	case name == string(clusters.Wildcard):
+	case clusterNameRE.MatchString(name):
+	default:
+		return "", "", true, fmt.Errorf("%q is not a logical cluster name: lower-case alphanumerics and '-', at most 63, or * for all clusters (a workspace path like root:org is resolved to its logical cluster by kcp)", name)
+	}
+	return clusters.Name(name), rest, true, nil
+}
+
+// WithClusterPaths serves /clusters/<name>/<rest> as /<rest> in the context of logical cluster
+// <name>. It goes in front of the whole handler chain, so that request info, authorization,
+// discovery and OpenAPI all see the path without the prefix, as they do in kcp. Other paths
+// keep the default cluster.
+func WithClusterPaths(handler http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		cluster, rest, ok, err := ParseClusterPath(req.URL.Path)
+		if !ok {
+			handler.ServeHTTP(w, req)
+			return
+		}
+		if err != nil {
+			status := apierrors.NewBadRequest(err.Error()).Status()
+			status.Kind, status.APIVersion = "Status", "v1"
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			_ = json.NewEncoder(w).Encode(status)
+			return
+		}
+		out := req.WithContext(clusters.WithCluster(req.Context(), cluster))
+		u := *req.URL
+		u.Path, u.RawPath = rest, ""
+		// Keep the escaping the client chose below the prefix (the proxy refuses encoded
+		// slashes by looking at it).
+		if _, rawRest, _, _ := ParseClusterPath(req.URL.EscapedPath()); rawRest != rest {
+			u.RawPath = rawRest
+		}
+		out.URL = &u
+		out.RequestURI = u.RequestURI()
+		handler.ServeHTTP(w, out)
+	})
+}
