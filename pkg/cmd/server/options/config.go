@@ -32,8 +32,8 @@ import (
 	"github.com/kcp-dev/mount-apiserver/pkg/authorization"
 	"github.com/kcp-dev/mount-apiserver/pkg/controller/status"
 	"github.com/kcp-dev/mount-apiserver/pkg/embeddedetcd"
-	"github.com/kcp-dev/mount-apiserver/pkg/kcp"
 	generatedopenapi "github.com/kcp-dev/mount-apiserver/pkg/generated/openapi"
+	"github.com/kcp-dev/mount-apiserver/pkg/kcp"
 	"github.com/kcp-dev/mount-apiserver/pkg/pki"
 	"github.com/kcp-dev/mount-apiserver/pkg/proxy"
 )
