@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"fmt"
 	"net"
@@ -188,6 +189,12 @@ func (t *Transports) newTarget(mountName string, cfg *rest.Config, caOverride []
 	tlsConfig, err := rest.TLSConfigFor(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("%w: TLS settings are unusable", ErrCredentials)
+	}
+	if tlsConfig == nil && base.Scheme == "https" {
+		// client-go has no TLS configuration without CA data or a client certificate. Make
+		// one anyway: the upgrade dialer turns verification off on a nil one, and
+		// spec.caBundle needs one to replace the roots in.
+		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
 	if len(caOverride) > 0 && tlsConfig != nil {
 		pool := x509.NewCertPool()
