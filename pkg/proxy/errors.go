@@ -12,6 +12,8 @@ import (
 	"syscall"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kcp-dev/mount-apiserver/pkg/targetpolicy"
 )
 
 // RetryAfterSeconds is what a 503 asks clients to wait.
@@ -21,12 +23,16 @@ const RetryAfterSeconds = "5"
 // for reasons a retry does not fix (name resolution, TLS verification).
 const ReasonBadGateway metav1.StatusReason = "BadGateway"
 
-// statusForError maps a failure to reach the target onto a Status: 504 for timeouts, 503
+// statusForError maps a failure to reach the target onto a Status: 403 when the target
+// policy refuses the target (at dial time or in the TLS handshake), 504 for timeouts, 503
 // (retry later) when the target refuses or cannot be routed to, 502 for other dial and TLS
 // failures. Messages name the target's address, never credentials.
 func statusForError(target string, err error) *metav1.Status {
+	var policyErr *targetpolicy.Error
 	var netErr net.Error
 	switch {
+	case errors.As(err, &policyErr):
+		return newStatus(http.StatusForbidden, metav1.StatusReasonForbidden, policyErr.Error())
 	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &netErr) && netErr.Timeout():
 		return newStatus(http.StatusGatewayTimeout, metav1.StatusReasonTimeout, fmt.Sprintf("timed out reaching the mount's target %s", target))
 	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH), errors.Is(err, syscall.ECONNRESET):
