@@ -59,7 +59,7 @@ type CredentialsError struct {
 
 func (e *CredentialsError) Error() string { return e.Message }
 
-// Status makes the error an API error (503).
+// Status makes the error an API error: 503, or 403 for ReasonTargetNotAllowed.
 func (e *CredentialsError) Status() metav1.Status {
 	if e.Reason == ReasonTargetNotAllowed {
 		return *newStatus(http.StatusForbidden, metav1.StatusReasonForbidden, e.Message)
