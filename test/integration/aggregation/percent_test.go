@@ -30,6 +30,7 @@ func TestProxyPercentInPath(t *testing.T) {
 	if _, err := mountsClient(t, kube.AdminConfig).MountsV1alpha1().Mounts().Create(context.Background(), urlMountOf("percent", "percent"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	cached(t, kube.AdminConfig, "percent")
 	paula := proxyUser(t, "paula")
 	for name, cfg := range map[string]*rest.Config{"host": paula, "direct": agg.DirectConfig(paula)} {
 		const path = "/api/v1/namespaces/default/configmaps/50%25off"
