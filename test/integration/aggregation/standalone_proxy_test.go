@@ -39,6 +39,8 @@ func TestStandaloneProxy(t *testing.T) {
 	if _, err := mounts.Create(ctx, urlMountOf("impersonating", "standalone"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	cached(t, s.Config, "as-is")
+	cached(t, s.Config, "impersonating")
 
 	client := func(mount string) kubernetes.Interface {
 		c, err := kubernetes.NewForConfig(throughProxy(s.Config, mount))
@@ -58,6 +60,7 @@ func TestStandaloneProxy(t *testing.T) {
 	if _, err := bare.Client.MountsV1alpha1().Mounts().Create(ctx, asIs, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	cached(t, bare.Config, "as-is")
 	c, err := kubernetes.NewForConfig(throughProxy(bare.Config, "as-is"))
 	if err != nil {
 		t.Fatal(err)
