@@ -30,6 +30,8 @@ type Server struct {
 	etcd *embed.Etcd
 	// ClientURL is the URL at which the server serves etcd clients.
 	ClientURL string
+	// PeerURL is the URL of its peer listener (no peer ever uses it; it listens all the same).
+	PeerURL string
 	// logLevel lets Close silence etcd's own logs, which report the listeners closing on
 	// purpose as "serving failed" errors.
 	logLevel zap.AtomicLevel
@@ -106,8 +108,8 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		return nil, fmt.Errorf("embedded etcd did not start: %w", ctx.Err())
 	}
 
-	s := &Server{etcd: e, ClientURL: "http://" + e.Clients[0].Addr().String(), logLevel: level}
-	logger.Info("Embedded etcd is ready", "dir", opts.Directory, "clientURL", s.ClientURL)
+	s := &Server{etcd: e, ClientURL: "http://" + e.Clients[0].Addr().String(), PeerURL: "http://" + e.Peers[0].Listener.Addr().String(), logLevel: level}
+	logger.Info("Embedded etcd is ready", "dir", opts.Directory, "clientURL", s.ClientURL, "peerURL", s.PeerURL)
 	return s, nil
 }
 

@@ -12,6 +12,8 @@ import (
 	"syscall"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kcp-dev/mount-apiserver/pkg/targetpolicy"
 )
 
 // RetryAfterSeconds is what a 503 asks clients to wait.
@@ -25,38 +27,61 @@ const ReasonBadGateway metav1.StatusReason = "BadGateway"
 // proxies.
 const ReasonLoopDetected metav1.StatusReason = "LoopDetected"
 
-// statusForError maps a failure to reach the target onto a Status: 504 for timeouts, 503
-// (retry later) when the target refuses or cannot be routed to, 502 for other dial and TLS
-// failures. Messages name the target's address, never credentials.
+// statusForError maps a failure to reach the target onto a Status in a fixed vocabulary that
+// says what failed, never what answered: root causes ("connection refused", a TLS alert, the
+// names a certificate is valid for) would make the proxy a scanner of every network it
+// reaches. The root cause goes to the server's log. Codes: 403 when the target policy
+// refuses the target, 504 for timeouts, 503 (retry later) when the target refuses or cannot
+// be routed to, 502 for other dial, TLS and protocol failures. Messages name the target's
+// address as the mount names it, never credentials.
 func statusForError(target string, err error) *metav1.Status {
+	var policyErr *targetpolicy.Error
 	var netErr net.Error
 	switch {
+	case errors.As(err, &policyErr):
+		return newStatus(http.StatusForbidden, metav1.StatusReasonForbidden, policyErr.Error())
 	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &netErr) && netErr.Timeout():
 		return newStatus(http.StatusGatewayTimeout, metav1.StatusReasonTimeout, fmt.Sprintf("timed out reaching the mount's target %s", target))
 	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH), errors.Is(err, syscall.ECONNRESET):
-		return newStatus(http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, fmt.Sprintf("the mount's target %s is unreachable: %v", target, rootCause(err)))
+		return newStatus(http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, fmt.Sprintf("cannot connect to the mount's target %s: it is unreachable", target))
 	}
 	var certErr *tls.CertificateVerificationError
 	var unknownAuthority x509.UnknownAuthorityError
 	var hostnameErr x509.HostnameError
-	if errors.As(err, &certErr) || errors.As(err, &unknownAuthority) || errors.As(err, &hostnameErr) {
-		return newStatus(http.StatusBadGateway, ReasonBadGateway, fmt.Sprintf("the mount's target %s presented a certificate that does not verify: %v", target, rootCause(err)))
+	var invalidErr x509.CertificateInvalidError
+	switch {
+	case errors.As(err, &unknownAuthority):
+		return newStatus(http.StatusBadGateway, ReasonBadGateway, fmt.Sprintf("the mount's target %s presented a certificate that does not verify: no authority the mount trusts signed it", target))
+	case errors.As(err, &hostnameErr):
+		return newStatus(http.StatusBadGateway, ReasonBadGateway, fmt.Sprintf("the mount's target %s presented a certificate that does not verify: it is not valid for the target's name", target))
+	case errors.As(err, &invalidErr) && invalidErr.Reason == x509.Expired:
+		return newStatus(http.StatusBadGateway, ReasonBadGateway, fmt.Sprintf("the mount's target %s presented a certificate that does not verify: it has expired or is not valid yet", target))
+	case errors.As(err, &certErr) || errors.As(err, &invalidErr):
+		return newStatus(http.StatusBadGateway, ReasonBadGateway, fmt.Sprintf("the mount's target %s presented a certificate that does not verify", target))
 	}
-	return newStatus(http.StatusBadGateway, ReasonBadGateway, fmt.Sprintf("cannot reach the mount's target %s: %v", target, rootCause(err)))
+	var dnsErr *net.DNSError
+	var opErr *net.OpError
+	var recordErr tls.RecordHeaderError
+	switch {
+	case errors.As(err, &dnsErr), errors.As(err, &opErr) && opErr.Op == "dial":
+		return newStatus(http.StatusBadGateway, ReasonBadGateway, fmt.Sprintf("cannot connect to the mount's target %s", target))
+	case errors.As(err, &recordErr), errors.As(err, &opErr) && opErr.Op == "remote error":
+		return newStatus(http.StatusBadGateway, ReasonBadGateway, fmt.Sprintf("the mount's target %s did not answer as a Kubernetes API server over TLS", target))
+	}
+	return newStatus(http.StatusBadGateway, ReasonBadGateway, fmt.Sprintf("the mount's target %s did not answer as a Kubernetes API server", target))
 }
 
-func rootCause(err error) error {
-	for {
-		next := errors.Unwrap(err)
-		if next == nil {
-			return err
-		}
-		var opErr *net.OpError
-		if errors.As(err, &opErr) && opErr.Err != nil {
-			return opErr.Err
-		}
-		err = next
+// probeAnswerError says why a probe's answer does not show a healthy Kubernetes API server,
+// in the same fixed vocabulary: the status code that answered stays out of the status, which
+// every reader of the Mount sees.
+func probeAnswerError(target string, code int) error {
+	switch {
+	case code == http.StatusUnauthorized || code == http.StatusForbidden:
+		return fmt.Errorf("the mount's target %s did not accept the mount's credentials", target)
+	case code >= 500:
+		return fmt.Errorf("the mount's target %s reports that it is not ready", target)
 	}
+	return fmt.Errorf("the mount's target %s did not answer as a Kubernetes API server", target)
 }
 
 func newStatus(code int32, reason metav1.StatusReason, message string) *metav1.Status {

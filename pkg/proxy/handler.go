@@ -27,6 +27,7 @@ import (
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
+	"github.com/kcp-dev/mount-apiserver/pkg/targetpolicy"
 )
 
 // Proxier serves the mounts/<name>/proxy subresource.
@@ -56,10 +57,13 @@ const (
 	ReasonSecretNotFound     = "SecretNotFound"
 	ReasonSecretUnavailable  = "SecretUnavailable"
 	ReasonInvalidCredentials = "InvalidKubeconfig"
+	// ReasonTargetNotAllowed: the server's target policy refuses the kubeconfig's server.
+	ReasonTargetNotAllowed = "TargetNotAllowed"
 )
 
 // CredentialsError says why a Mount's target credentials could not be resolved. It answers
-// proxied requests with 503; its message never contains credential bytes.
+// proxied requests with 503, or 403 when the target policy refuses the target (no retry
+// helps); its message never contains credential bytes.
 type CredentialsError struct {
 	Reason  string
 	Message string
@@ -67,8 +71,11 @@ type CredentialsError struct {
 
 func (e *CredentialsError) Error() string { return e.Message }
 
-// Status makes the error an API error (503).
+// Status makes the error an API error: 503, or 403 for ReasonTargetNotAllowed.
 func (e *CredentialsError) Status() metav1.Status {
+	if e.Reason == ReasonTargetNotAllowed {
+		return *newStatus(http.StatusForbidden, metav1.StatusReasonForbidden, e.Message)
+	}
 	return apierrors.NewServiceUnavailable(e.Message).Status()
 }
 
@@ -97,7 +104,11 @@ func (p *Proxier) Target(ctx context.Context, m *mounts.Mount) (*Target, error) 
 		return ConfigFromKubeconfig(data)
 	})
 	if err != nil {
-		return nil, &CredentialsError{ReasonInvalidCredentials, fmt.Sprintf("mount %q: Secret %s/%s: %v", m.Name, ref.Namespace, ref.Name, err)}
+		reason := ReasonInvalidCredentials
+		if errors.Is(err, targetpolicy.ErrNotAllowed) {
+			reason = ReasonTargetNotAllowed
+		}
+		return nil, &CredentialsError{reason, fmt.Sprintf("mount %q: Secret %s/%s: %v", m.Name, ref.Namespace, ref.Name, err)}
 	}
 	return target, nil
 }

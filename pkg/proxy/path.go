@@ -2,7 +2,7 @@ package proxy
 
 import (
 	"fmt"
-	"net/url"
+	"path"
 	"strings"
 )
 
@@ -33,8 +33,11 @@ func JoinPath(base, inner string) (string, error) {
 	if trailingSlash && len(segments) > 0 {
 		joined += "/"
 	}
-	// Defence in depth: whatever the rules above let through must stay under base.
-	if u, err := url.Parse(joined); err != nil || !strings.HasPrefix(u.Path, base+"/") && u.Path != base+"/" {
+	// Defence in depth: whatever the rules above let through must stay under base. The
+	// result is a decoded path (the caller sets it as url.URL.Path, which encodes it again),
+	// so it is cleaned as a path, not parsed as a URL: a literal '%' is data here.
+	cleanBase := path.Clean("/" + base)
+	if cleaned := path.Clean(joined); cleaned != cleanBase && !strings.HasPrefix(cleaned, strings.TrimSuffix(cleanBase, "/")+"/") {
 		return "", fmt.Errorf("path %q escapes the target's base path", inner)
 	}
 	return joined, nil

@@ -32,6 +32,14 @@ func TestJoinPath(t *testing.T) {
 		{"", "api\\..\\x", "", true},
 		{"", "api\x00", "", true},
 		{"", "api%00", "", true},
+		// A literal '%' (the caller sent %25, decoded once by the router) is data, not an
+		// escape: it reaches the target encoded again as %25.
+		{"/prefix", "api/v1/namespaces/default/configmaps/50%", "/prefix/api/v1/namespaces/default/configmaps/50%", false},
+		{"", "a%b/c", "/a%b/c", false},
+		{"", "a%25b", "/a%25b", false},
+		{"/clusters/a", "%", "/clusters/a/%", false},
+		{"/clusters/a", "%/../..", "", true},
+		{"/clusters/a", "%25/..", "", true},
 	}
 	for _, tt := range tests {
 		got, err := JoinPath(tt.base, tt.inner)

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/klog/v2"
+
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
 )
 
@@ -107,6 +109,8 @@ func (p *Proxier) probe(ctx context.Context, target *Target) ProbeResult {
 		start := time.Now()
 		resp, err := target.transport.RoundTrip(req)
 		if err != nil {
+			// The status gets the class of failure; the root cause is for the operator.
+			klog.FromContext(ctx).V(2).Info("Probe failed", "target", target.Base.Host, "path", path, "err", err.Error())
 			return ProbeResult{ReachErr: fmt.Errorf("%s", statusForError(target.Base.Host, err).Message)}
 		}
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64*1024))
@@ -114,7 +118,8 @@ func (p *Proxier) probe(ctx context.Context, target *Target) ProbeResult {
 		if resp.StatusCode == http.StatusOK {
 			return ProbeResult{Path: path, Latency: time.Since(start)}
 		}
-		lastErr = fmt.Errorf("GET %s on %s answered %d", path, target.Base.Host, resp.StatusCode)
+		klog.FromContext(ctx).V(2).Info("Probe answered", "target", target.Base.Host, "path", path, "code", resp.StatusCode)
+		lastErr = probeAnswerError(target.Base.Host, resp.StatusCode)
 		if resp.StatusCode != http.StatusNotFound && resp.StatusCode != http.StatusForbidden && resp.StatusCode != http.StatusUnauthorized {
 			break // a real answer, e.g. 500 from a failing /readyz: no fallback
 		}

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"fmt"
 	"net"
@@ -14,6 +15,8 @@ import (
 	utilproxy "k8s.io/apimachinery/pkg/util/proxy"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/transport"
+
+	"github.com/kcp-dev/mount-apiserver/pkg/targetpolicy"
 )
 
 // Target is how to reach one Mount's target: where, and through which transports.
@@ -63,6 +66,8 @@ type TransportOptions struct {
 	MaxIdleConnsPerMount int
 	// IdleExpiry drops a mount's transports when it was not used for this long.
 	IdleExpiry time.Duration
+	// Policy decides which targets may be reached; nil is the default policy.
+	Policy *targetpolicy.Policy
 }
 
 // Transports caches Targets, so requests reuse connections instead of dialing per request: one
@@ -87,6 +92,9 @@ func NewTransports(opts TransportOptions, metrics *Metrics) *Transports {
 	}
 	if opts.IdleExpiry == 0 {
 		opts.IdleExpiry = 10 * time.Minute
+	}
+	if opts.Policy == nil {
+		opts.Policy = targetpolicy.New(targetpolicy.Config{})
 	}
 	return &Transports{opts: opts, metrics: metrics, targets: map[TargetKey]*Target{}, mounts: map[types.UID]TargetKey{}}
 }
@@ -185,9 +193,23 @@ func (t *Transports) newTarget(mountName string, cfg *rest.Config, caOverride []
 	if err != nil {
 		return nil, fmt.Errorf("%w: server URL does not parse", ErrCredentials)
 	}
+	// Scheme and literal host now; every address actually connected to when dialing.
+	policy := t.opts.Policy
+	if err := policy.CheckURL(base); err != nil {
+		return nil, err
+	}
 	tlsConfig, err := rest.TLSConfigFor(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("%w: TLS settings are unusable", ErrCredentials)
+	}
+	if tlsConfig == nil && base.Scheme == "https" {
+		// client-go has no TLS configuration without CA data or a client certificate. Make
+		// one anyway: the upgrade dialer turns verification off on a nil one, spec.caBundle
+		// needs one to replace the roots in, and the own-certificate check lives in it.
+		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	if tlsConfig != nil {
+		tlsConfig.VerifyConnection = refuseOwnCertificate(policy)
 	}
 	if len(caOverride) > 0 && tlsConfig != nil {
 		pool := x509.NewCertPool()
@@ -199,7 +221,7 @@ func (t *Transports) newTarget(mountName string, cfg *rest.Config, caOverride []
 
 	dialer := &net.Dialer{Timeout: connectTimeout, KeepAlive: 30 * time.Second}
 	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
-		conn, err := dialer.DialContext(ctx, network, addr)
+		conn, err := dialAllowed(ctx, *dialer, policy, network, addr)
 		if err == nil {
 			t.metrics.connectionOpened(mountName)
 		}

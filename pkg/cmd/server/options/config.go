@@ -2,9 +2,12 @@ package options
 
 import (
 	"context"
+	"encoding/pem"
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
+	"net/url"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -36,6 +39,7 @@ import (
 	"github.com/kcp-dev/mount-apiserver/pkg/kcp"
 	"github.com/kcp-dev/mount-apiserver/pkg/pki"
 	"github.com/kcp-dev/mount-apiserver/pkg/proxy"
+	"github.com/kcp-dev/mount-apiserver/pkg/targetpolicy"
 )
 
 // publicPaths may be read without credentials: health and version, as in Kubernetes.
@@ -112,10 +116,15 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 	}
 	generic.LongRunningFunc = mountapiserver.LongRunning()
 	generic.RequestInfoResolver = mountapiserver.NewRequestInfoResolver(genericapiserver.NewRequestInfoResolver(generic))
+	policy, err := o.targetPolicy(generic.SecureServing, cfg.Extra.EmbeddedEtcd)
+	if err != nil {
+		return nil, err
+	}
 	cfg.Extra.Proxier = &proxy.Proxier{
 		Transports: proxy.NewTransports(proxy.TransportOptions{
 			ConnectTimeout:       o.ProxyConnectTimeout,
 			MaxIdleConnsPerMount: o.ProxyMaxIdleConnsPerMount,
+			Policy:               policy,
 		}, proxy.DefaultMetrics()),
 		Metrics: proxy.DefaultMetrics(),
 		MaxHops: o.ProxyMaxHops,
@@ -195,6 +204,70 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 	}
 	logger.Info("Wrote admin kubeconfig", "path", cfg.Extra.AdminKubeconfig)
 	return cfg, nil
+}
+
+// targetPolicy is the proxy's target policy: the operator's lists, and this server's own
+// endpoints (the secure port, the embedded etcd's client and peer listeners, which serve
+// plain http on loopback) and serving certificates, which no mount may reach.
+func (o CompletedOptions) targetPolicy(serving *genericapiserver.SecureServingInfo, etcd *embeddedetcd.Server) (*targetpolicy.Policy, error) {
+	allowed, err := targetpolicy.ParseRules(o.ProxyAllowedTargets)
+	if err != nil {
+		return nil, fmt.Errorf("--proxy-allowed-targets: %w", err)
+	}
+	denied, err := targetpolicy.ParseRules(o.ProxyDeniedTargets)
+	if err != nil {
+		return nil, fmt.Errorf("--proxy-denied-targets: %w", err)
+	}
+	var own []netip.AddrPort
+	if serving == nil || serving.Listener == nil {
+		return nil, fmt.Errorf("the target policy needs the secure listener, which is not open")
+	}
+	if tcp, ok := serving.Listener.Addr().(*net.TCPAddr); ok {
+		own = append(own, tcp.AddrPort())
+	}
+	if etcd != nil {
+		for _, u := range []string{etcd.ClientURL, etcd.PeerURL} {
+			parsed, err := url.Parse(u)
+			if err != nil {
+				return nil, fmt.Errorf("embedded etcd URL %q: %w", u, err)
+			}
+			ap, err := netip.ParseAddrPort(parsed.Host)
+			if err != nil {
+				return nil, fmt.Errorf("embedded etcd URL %q: %w", u, err)
+			}
+			own = append(own, ap)
+		}
+	}
+	return targetpolicy.New(targetpolicy.Config{
+		AllowPlainHTTP:  o.ProxyAllowPlainHTTP,
+		Allowed:         allowed,
+		Denied:          denied,
+		OwnEndpoints:    own,
+		OwnCertificates: servingCertificates(serving),
+	}), nil
+}
+
+// servingCertificates returns the leaf certificates (DER) the server serves at the time of
+// the call: the main one and the SNI ones, the loopback client's included. Read on each TLS
+// handshake to a target, so rotated certificates count from the next one on.
+func servingCertificates(serving *genericapiserver.SecureServingInfo) func() [][]byte {
+	return func() [][]byte {
+		var leaves [][]byte
+		add := func(p dynamiccertificates.CertKeyContentProvider) {
+			if p == nil {
+				return
+			}
+			certPEM, _ := p.CurrentCertKeyContent()
+			if block, _ := pem.Decode(certPEM); block != nil && block.Type == "CERTIFICATE" {
+				leaves = append(leaves, block.Bytes)
+			}
+		}
+		add(serving.Cert)
+		for _, sni := range serving.SNICerts {
+			add(sni)
+		}
+		return leaves
+	}
 }
 
 // applyDelegated makes the server an aggregated server of its host: TokenReview and

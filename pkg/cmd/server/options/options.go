@@ -23,6 +23,7 @@ import (
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
 	"github.com/kcp-dev/mount-apiserver/pkg/apiserver"
 	"github.com/kcp-dev/mount-apiserver/pkg/proxy"
+	"github.com/kcp-dev/mount-apiserver/pkg/targetpolicy"
 )
 
 // Defaults of the standalone mode.
@@ -61,6 +62,14 @@ type Options struct {
 	ProxyMaxHops int
 	// KcpMode serves cluster-aware paths, /clusters/<logical-cluster>/... and /clusters/*/...
 	KcpMode bool
+	// ProxyAllowedTargets, if not empty, are the only targets mounts may name: CIDRs, IPs and
+	// host names ("*.example.com" for the names below), each but CIDRs with an optional port.
+	ProxyAllowedTargets []string
+	// ProxyDeniedTargets are targets mounts may never name, in the same form; deny wins.
+	ProxyDeniedTargets []string
+	// ProxyAllowPlainHTTP lets mounts name http:// targets; their credentials then travel
+	// unencrypted.
+	ProxyAllowPlainHTTP bool
 	// ExternalBaseURL is the externally reachable base URL under which status.URL names each
 	// mount's proxy; empty derives it (the host's server URL, or this server's own URL).
 	ExternalBaseURL string
@@ -155,6 +164,12 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 		"How many mount proxies (of this or other mount-apiservers) one request may pass, counted in the "+proxy.HopsHeader+" header; a request beyond is refused with 508. Bounds loops through mounts whose target leads back to a mount proxy.")
 	fs.BoolVar(&o.KcpMode, "kcp-mode", o.KcpMode,
 		"Serve cluster-aware paths as kcp's APIExport virtual storage forwards them: /clusters/<logical-cluster>/apis/mounts.kcp.io/... for every verb, and /clusters/*/... to list and watch across logical clusters. Work in progress: see README, \"kcp mode\".")
+	fs.StringSliceVar(&o.ProxyAllowedTargets, "proxy-allowed-targets", o.ProxyAllowedTargets,
+		"If set, the only targets mounts may name: CIDRs (10.0.0.0/8), IPs (10.1.2.3, fd00::1), host names (api.example.com) and *.domain for the names below it (*.example.com), each but CIDRs with an optional :port. A name is allowed on whatever it resolves to (unless denied), an address when the connection goes there. Empty: every target not denied.")
+	fs.StringSliceVar(&o.ProxyDeniedTargets, "proxy-denied-targets", o.ProxyDeniedTargets,
+		"Targets mounts may never name, in the form of --proxy-allowed-targets; checked on the name and on every address connected to, and winning over --proxy-allowed-targets. Link-local and cloud metadata addresses and this server's own endpoints and certificate are always denied.")
+	fs.BoolVar(&o.ProxyAllowPlainHTTP, "proxy-allow-plain-http", o.ProxyAllowPlainHTTP,
+		"Let mounts name http:// targets. Their credentials then travel unencrypted; off, only https targets are served.")
 	fs.StringVar(&o.ExternalBaseURL, "external-base-url", o.ExternalBaseURL,
 		"Externally reachable base URL of the mount proxies; status.URL is <base>/apis/mounts.kcp.io/v1alpha1/mounts/<name>/proxy. Defaults to the host cluster's server URL from --kubeconfig in delegated mode, and to this server's URL in standalone mode.")
 	fs.DurationVar(&o.StatusProbeInterval, "status-probe-interval", o.StatusProbeInterval,
@@ -272,6 +287,12 @@ func (o CompletedOptions) Validate() error {
 	}
 	if o.ProxyMaxIdleConnsPerMount < 1 {
 		errs = append(errs, errors.New("--proxy-max-idle-conns-per-mount must be at least 1"))
+	}
+	if _, err := targetpolicy.ParseRules(o.ProxyAllowedTargets); err != nil {
+		errs = append(errs, fmt.Errorf("--proxy-allowed-targets: %w", err))
+	}
+	if _, err := targetpolicy.ParseRules(o.ProxyDeniedTargets); err != nil {
+		errs = append(errs, fmt.Errorf("--proxy-denied-targets: %w", err))
 	}
 	if o.APIServiceName != "" && !o.GenerateCerts {
 		errs = append(errs, errors.New("--apiservice-name publishes the CA of the generated serving certificate; it cannot be used with --tls-cert-file"))
