@@ -43,17 +43,26 @@ type Plugin struct {
 	secrets authorizer.Authorizer
 	// mounts is this server's own authorizer, which decides the verb "lend" on mounts.
 	mounts authorizer.Authorizer
+	// targets checks the target a URL mount's Secret names against the server's target
+	// policy; nil checks nothing here (the proxy enforces it when it builds and dials).
+	targets TargetCheck
 }
+
+// TargetCheck returns why the server would refuse the target of m, if it does: an early,
+// clear answer at admission. The Secret may change later, so the proxy checks again when it
+// builds a transport and on every dial.
+type TargetCheck func(ctx context.Context, m *mounts.Mount) field.ErrorList
 
 var _ admission.ValidationInterface = &Plugin{}
 
 // New returns the check. mountsAuthz is the server's own authorizer; secretsAuthz decides who
 // may get a Secret, on the cluster that holds them (this server itself in standalone mode).
-func New(mountsAuthz, secretsAuthz authorizer.Authorizer) (*Plugin, error) {
+// targets may be nil.
+func New(mountsAuthz, secretsAuthz authorizer.Authorizer, targets TargetCheck) (*Plugin, error) {
 	if mountsAuthz == nil || secretsAuthz == nil {
 		return nil, fmt.Errorf("%s needs the server's authorizer and the Secrets' authorizer", PluginName)
 	}
-	return &Plugin{Handler: admission.NewHandler(admission.Create, admission.Update), mounts: mountsAuthz, secrets: secretsAuthz}, nil
+	return &Plugin{Handler: admission.NewHandler(admission.Create, admission.Update), mounts: mountsAuthz, secrets: secretsAuthz, targets: targets}, nil
 }
 
 // SecretReviews asks a cluster that holds the Secrets by SubjectAccessReviews, with a cache.
@@ -108,7 +117,16 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 	if err := p.checkSecret(ctx, a, requester, m); err != nil {
 		return err
 	}
-	return p.checkMode(ctx, a, requester, m)
+	if err := p.checkMode(ctx, a, requester, m); err != nil {
+		return err
+	}
+	// Only now, to a requester who may read the Secret: what its target is and why not.
+	if p.targets != nil && m.Spec.Type == mounts.MountTypeURL {
+		if errs := p.targets(ctx, m); len(errs) > 0 {
+			return apierrors.NewInvalid(mounts.Kind("Mount"), m.Name, errs)
+		}
+	}
+	return nil
 }
 
 // checkSecret: only who may read a Secret may lend it.

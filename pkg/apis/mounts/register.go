@@ -16,6 +16,11 @@ func Resource(resource string) schema.GroupResource {
 	return SchemeGroupVersion.WithResource(resource).GroupResource()
 }
 
+// Kind qualifies a kind with the group.
+func Kind(kind string) schema.GroupKind {
+	return SchemeGroupVersion.WithKind(kind).GroupKind()
+}
+
 var (
 	// SchemeBuilder collects the functions that register the internal types.
 	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)

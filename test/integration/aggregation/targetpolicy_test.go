@@ -13,11 +13,13 @@ import (
 	"testing"
 
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
 	"github.com/kcp-dev/mount-apiserver/pkg/cmd/server/options"
+	"github.com/kcp-dev/mount-apiserver/pkg/pki"
 	"github.com/kcp-dev/mount-apiserver/test/integration/framework"
 )
 
@@ -59,10 +61,24 @@ func tenantCreates(t *testing.T, cfg *rest.Config, name, secret string) {
 	})
 }
 
+// tenantIsRefused expects admission to refuse the tenant's URL mount of secret for its target.
+func tenantIsRefused(t *testing.T, cfg *rest.Config, name, secret, class string) {
+	t.Helper()
+	mounts := mountsClient(t, cfg).MountsV1alpha1().Mounts()
+	eventually(t, "admission refuses mount "+name+" for its target", func() error {
+		_, err := mounts.Create(context.Background(), urlMountOf(name, secret), metav1.CreateOptions{})
+		if apierrors.IsInvalid(err) && strings.Contains(err.Error(), "spec.ref") && strings.Contains(err.Error(), policyRefusal) && strings.Contains(err.Error(), class) {
+			return nil
+		}
+		return fmt.Errorf("got %v", err)
+	})
+}
+
 // TestTargetPolicyRefusesPlainHTTPMetadata: a tenant aims a mount at a plain-http
-// "metadata service" on loopback. The server refuses the target: the caller gets a policy
-// refusal, the metadata server sees no request, its answer never reaches the caller, and
-// the Mount's status says why.
+// "metadata service" on loopback. Admission refuses the mount while its Secret names that
+// target; a mount admitted before its Secret named it is refused by the proxy: the caller
+// gets a policy refusal, the metadata server sees no request, its answer never reaches the
+// caller, and the Mount's status says why.
 func TestTargetPolicyRefusesPlainHTTPMetadata(t *testing.T) {
 	setupProxy(t)
 	var hits atomic.Int32
@@ -75,9 +91,11 @@ func TestTargetPolicyRefusesPlainHTTPMetadata(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	setSecretData(t, "metadata", data)
-	mallory := tenant(t, "mallory", "metadata")
+	setSecretData(t, "metadata-first", data)
+	mallory := tenant(t, "mallory", "metadata-first", "metadata")
+	tenantIsRefused(t, mallory, "metadata-first", "metadata-first", "plain http")
 	tenantCreates(t, mallory, "metadata", "metadata")
+	setSecretData(t, "metadata", data)
 
 	code, _, body := proxyGet(t, mallory, "metadata", "/latest/meta-data/iam/security-credentials/node")
 	if code != http.StatusForbidden || !strings.Contains(body, policyRefusal) || !strings.Contains(body, "plain http") {
@@ -110,10 +128,13 @@ func TestTargetPolicyRefusesThisServer(t *testing.T) {
 		return data
 	}
 	relayed := relay(t, strings.TrimPrefix(agg.Mount.URL, "https://"))
-	setSecretData(t, "self-port", self(agg.Mount.URL))
-	setSecretData(t, "self-relay", self("https://"+relayed.addr))
+	// Admitted before their Secrets name this server; the proxy refuses them.
 	tenantCreates(t, oscar, "self-port", "self-port")
 	tenantCreates(t, oscar, "self-relay", "self-relay")
+	setSecretData(t, "self-port", self(agg.Mount.URL))
+	setSecretData(t, "self-relay", self("https://"+relayed.addr))
+	// With the Secret in place, admission refuses this server's own address at once.
+	tenantIsRefused(t, oscar, "self-port-again", "self-port", "own endpoints")
 
 	for mount, class := range map[string]string{"self-port": "own endpoints", "self-relay": "own serving certificate"} {
 		code, _, body := proxyGet(t, oscar, mount, "/version")
@@ -306,7 +327,6 @@ func TestTargetPolicyLists(t *testing.T) {
 	setSecret(t, "policy-allowed", creds)
 	byName := rest.CopyConfig(creds)
 	byName.Host = "https://localhost:" + remotePort
-	setSecret(t, "policy-denied", byName)
 	outside, err := framework.StartRecordingServer("127.0.0.1:0", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -316,7 +336,9 @@ func TestTargetPolicyLists(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	setSecretData(t, "policy-outside", data)
+	for _, secret := range []string{"policy-allowed", "policy-denied", "policy-outside"} {
+		allowSecretRead(t, pki.AdminUser, secret)
+	}
 
 	s := framework.StartInProcess(t, "", func(o *options.Options) {
 		o.SecretsKubeconfig = kube.AdminKubeconfig
@@ -324,11 +346,23 @@ func TestTargetPolicyLists(t *testing.T) {
 		o.ProxyDeniedTargets = []string{"localhost"}
 	})
 	mounts := s.Client.MountsV1alpha1().Mounts()
+	// Admitted before the Secrets of the refused targets exist; the proxy refuses them.
 	for _, name := range []string{"policy-allowed", "policy-denied", "policy-outside"} {
 		m := urlMountOf(name, name)
 		m.Spec.Identity.Mode = v1alpha1.IdentityModeMountCredentials
-		if _, err := mounts.Create(ctx, m, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
+		eventually(t, "the admin creates mount "+name, func() error {
+			_, err := mounts.Create(ctx, m, metav1.CreateOptions{})
+			return err
+		})
+	}
+	setSecret(t, "policy-denied", byName)
+	setSecretData(t, "policy-outside", data)
+	// Now that they name their targets, admission refuses new mounts of them.
+	for secret, class := range map[string]string{"policy-outside": "not on the server's list of allowed targets", "policy-denied": "on the server's list of denied targets"} {
+		m := urlMountOf(secret+"-again", secret)
+		m.Spec.Identity.Mode = v1alpha1.IdentityModeMountCredentials
+		if _, err := mounts.Create(ctx, m, metav1.CreateOptions{}); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), class) {
+			t.Errorf("admission of a mount of %s: %v, want 422 %q", secret, err, class)
 		}
 	}
 	if code, _, body := proxyGet(t, s.Config, "policy-allowed", "/api/v1/namespaces"); code != http.StatusOK || !strings.Contains(body, "kube-system") {

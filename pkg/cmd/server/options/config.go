@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/apis/apiserver"
 	"k8s.io/apiserver/pkg/authentication/request/anonymous"
 	authenticatorunion "k8s.io/apiserver/pkg/authentication/request/union"
@@ -30,6 +31,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/admission/lending"
+	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
+	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
 	mountapiserver "github.com/kcp-dev/mount-apiserver/pkg/apiserver"
 	"github.com/kcp-dev/mount-apiserver/pkg/authentication"
 	"github.com/kcp-dev/mount-apiserver/pkg/authorization"
@@ -161,7 +164,7 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 			return nil, err
 		}
 		o.restrictClusters(generic)
-		if generic.AdmissionControl, err = lending.New(generic.Authorization.Authorizer, secretsAuthz); err != nil {
+		if generic.AdmissionControl, err = lending.New(generic.Authorization.Authorizer, secretsAuthz, targetCheck(cfg.Extra.Proxier.Secrets, policy)); err != nil {
 			return nil, err
 		}
 		logger.Info("Running as an aggregated API server", "kubeconfig", o.Kubeconfig, "inCluster", o.InCluster)
@@ -195,7 +198,7 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 		}
 	}
 	o.restrictClusters(generic)
-	if generic.AdmissionControl, err = lending.New(generic.Authorization.Authorizer, secretsAuthz); err != nil {
+	if generic.AdmissionControl, err = lending.New(generic.Authorization.Authorizer, secretsAuthz, targetCheck(cfg.Extra.Proxier.Secrets, policy)); err != nil {
 		return nil, err
 	}
 	cfg.Extra.AdminKubeconfig = filepath.Join(o.RootDirectory, AdminKubeconfigFile)
@@ -204,6 +207,31 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 	}
 	logger.Info("Wrote admin kubeconfig", "path", cfg.Extra.AdminKubeconfig)
 	return cfg, nil
+}
+
+// targetCheck checks, at admission, the target that a URL mount's Secret names. A Secret that
+// is not there (yet), or holds no usable kubeconfig, passes: the proxy checks whatever it
+// holds later.
+func targetCheck(secrets proxy.SecretSource, policy *targetpolicy.Policy) lending.TargetCheck {
+	return func(ctx context.Context, m *mounts.Mount) field.ErrorList {
+		secret, err := secrets.GetSecret(ctx, m.Spec.Ref.Namespace, m.Spec.Ref.Name)
+		if err != nil {
+			return nil
+		}
+		data, ok := secret.Data[v1alpha1.SecretKeyKubeconfig]
+		if !ok {
+			return nil
+		}
+		// Only the policy's refusals: a kubeconfig that does not parse is the status's to
+		// report, and may be fixed after the mount was created.
+		var refused field.ErrorList
+		for _, err := range policy.ValidateKubeconfig(field.NewPath("spec", "ref"), data) {
+			if err.Type == field.ErrorTypeForbidden {
+				refused = append(refused, err)
+			}
+		}
+		return refused
+	}
 }
 
 // targetPolicy is the proxy's target policy: the operator's lists, and this server's own
