@@ -77,7 +77,7 @@ func (p *Proxier) Target(ctx context.Context, m *mounts.Mount) (*Target, error) 
 	if t := m.Spec.Timeouts; t != nil && t.ConnectSeconds != nil {
 		key.ConnectTimeout = time.Duration(*t.ConnectSeconds) * time.Second
 	}
-	target, err := p.Transports.Get(m.UID, m.Name, key, func() (*rest.Config, error) {
+	target, err := p.Transports.Get(ctx, m.UID, m.Name, key, func() (*rest.Config, error) {
 		data, ok := secret.Data[v1alpha1.SecretKeyKubeconfig]
 		if !ok {
 			return nil, fmt.Errorf("%w: no key %q", ErrCredentials, v1alpha1.SecretKeyKubeconfig)
