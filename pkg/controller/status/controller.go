@@ -32,9 +32,10 @@ const ControllerName = "mount-status"
 
 const secretIndex = "secret"
 
-// Prober probes a mount's target.
+// Prober probes a mount's target. When the probe takes longer than wait, it returns pending,
+// closed when the probe has finished; probing the mount again then returns that result.
 type Prober interface {
-	Probe(ctx context.Context, m *mounts.Mount) proxy.ProbeResult
+	ProbeWithin(ctx context.Context, m *mounts.Mount, wait time.Duration) (r proxy.ProbeResult, pending <-chan struct{})
 }
 
 // Options tune the controller.
@@ -44,9 +45,26 @@ type Options struct {
 	BaseURL string
 	// Interval is how often a mount is probed again; each mount gets 20% jitter.
 	Interval time.Duration
-	// Workers bounds concurrent probes.
+	// Workers bounds concurrent reconciles.
 	Workers int
+	// ProbeWait is how long a worker waits for a probe; a probe still running then goes on
+	// without it, and the mount is reconciled again when it has finished. Hung targets thus
+	// hold no worker for longer than this.
+	ProbeWait time.Duration
 }
+
+// DefaultProbeWait is the ProbeWait of controllers that set none: probes of a healthy target
+// take milliseconds, a cold TLS handshake to a distant one a few hundred.
+const DefaultProbeWait = 250 * time.Millisecond
+
+// outcome is how one reconcile ended.
+type outcome int
+
+const (
+	healthy outcome = iota // status written (or unchanged), target Ready: ordinary interval
+	failing                // status written (or unchanged), not Ready: per-mount backoff
+	pending                // probe still running: no status yet; enqueued when it finishes
+)
 
 // Controller keeps the status of every Mount.
 type Controller struct {
@@ -71,6 +89,9 @@ func New(client clientset.Interface, informer mountinformers.MountInformer, prob
 	}
 	if opts.Workers <= 0 {
 		opts.Workers = 8
+	}
+	if opts.ProbeWait <= 0 {
+		opts.ProbeWait = DefaultProbeWait
 	}
 	c := &Controller{
 		client:   client,
@@ -164,14 +185,24 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		return false
 	}
 	defer c.queue.Done(name)
-	healthy, err := c.reconcile(ctx, name)
+	result, probed, err := c.reconcile(ctx, name)
 	switch {
 	case err != nil:
 		klog.FromContext(ctx).V(2).Info("Reconciling mount failed; retrying", "mount", name, "err", err.Error())
 		c.queue.AddRateLimited(name)
-	case healthy:
+	case result == healthy:
 		c.queue.Forget(name)
 		c.queue.AddAfter(name, wait.Jitter(c.opts.Interval, 0.2))
+	case result == pending:
+		// The worker moves on; the mount comes back when its probe is done, at the latest after
+		// the probe timeout.
+		go func() {
+			select {
+			case <-probed:
+				c.queue.Add(name)
+			case <-ctx.Done():
+			}
+		}()
 	default:
 		// Failing targets are probed again with per-mount backoff.
 		c.queue.AddRateLimited(name)
@@ -180,31 +211,39 @@ func (c *Controller) processNext(ctx context.Context) bool {
 }
 
 // reconcile probes one mount and writes its status if it changed. It reports whether the
-// target is healthy (ordinary interval) or not (backoff).
-func (c *Controller) reconcile(ctx context.Context, name string) (bool, error) {
+// target is healthy (ordinary interval), failing (backoff), or its probe still runs (then
+// probed is closed when it is done).
+func (c *Controller) reconcile(ctx context.Context, name string) (result outcome, probed <-chan struct{}, err error) {
 	m, err := c.lister.Get(name)
 	if apierrors.IsNotFound(err) {
 		c.queue.Forget(name)
-		return true, nil
+		return healthy, nil, nil
 	}
 	if err != nil {
-		return false, err
+		return failing, nil, err
 	}
 	url := ProxyURL(c.opts.BaseURL, m.Name)
 	now := metav1.Now()
 
 	internal := &mounts.Mount{}
 	if err := v1alpha1.Convert_v1alpha1_Mount_To_mounts_Mount(m, internal, nil); err != nil {
-		return false, fmt.Errorf("converting mount: %w", err)
+		return failing, nil, fmt.Errorf("converting mount: %w", err)
 	}
 	start := time.Now()
-	result := c.prober.Probe(ctx, internal)
-	c.metrics.probed(result, time.Since(start))
-	status := computeStatus(m, result, url, now)
-	if err := c.write(ctx, m, status); err != nil {
-		return false, err
+	probe, probed := c.prober.ProbeWithin(ctx, internal, c.opts.ProbeWait)
+	if probed != nil {
+		klog.FromContext(ctx).V(4).Info("Probe still running; reconciling when it is done", "mount", name)
+		return pending, probed, nil
 	}
-	return status.Phase == v1alpha1.MountPhaseReady, nil
+	c.metrics.probed(probe, time.Since(start))
+	status := computeStatus(m, probe, url, now)
+	if err := c.write(ctx, m, status); err != nil {
+		return failing, nil, err
+	}
+	if status.Phase == v1alpha1.MountPhaseReady {
+		return healthy, nil, nil
+	}
+	return failing, nil, nil
 }
 
 // write updates the status when it differs, and records the phase transition.
