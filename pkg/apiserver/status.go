@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
@@ -59,9 +60,21 @@ func startStatusController(cfg StatusConfig, proxier *proxy.Proxier, host kubern
 			recorder = broadcaster.NewRecorder(Scheme, corev1.EventSource{Component: "mount-apiserver"})
 			go func() { <-hookCtx.Done(); broadcaster.Shutdown() }()
 		}
-		ctrl, err := status.New(client, factory.Mounts().V1alpha1().Mounts(), proxier, recorder, cfg.Options)
+		mountInformer := factory.Mounts().V1alpha1().Mounts()
+		ctrl, err := status.New(client, mountInformer, proxier, recorder, cfg.Options)
 		if err != nil {
 			return err
+		}
+		// Every replica watches Mounts, leader or not, and so learns of deletes served by
+		// another replica; the registry's delete hook runs only on the one that served it.
+		if _, err := mountInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+			DeleteFunc: func(obj any) {
+				if m := status.DeletedMount(obj); m != nil {
+					proxier.Forget(m.Name, m.UID)
+				}
+			},
+		}); err != nil {
+			return fmt.Errorf("adding mount delete handler: %w", err)
 		}
 		if ws, ok := proxier.Secrets.(*proxy.WatchedSecrets); ok {
 			ws.OnChange(ctrl.SecretChanged)

@@ -14,6 +14,7 @@ import (
 	"github.com/felixge/httpsnoop"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/httpstream"
 	utilproxy "k8s.io/apimachinery/pkg/util/proxy"
 	"k8s.io/apiserver/pkg/authentication/user"
@@ -77,7 +78,7 @@ func (p *Proxier) Target(ctx context.Context, m *mounts.Mount) (*Target, error) 
 	if t := m.Spec.Timeouts; t != nil && t.ConnectSeconds != nil {
 		key.ConnectTimeout = time.Duration(*t.ConnectSeconds) * time.Second
 	}
-	target, err := p.Transports.Get(ctx, m.UID, m.Name, key, func() (*rest.Config, error) {
+	target, err := p.Transports.Get(ctx, m.UID, key, func() (*rest.Config, error) {
 		data, ok := secret.Data[v1alpha1.SecretKeyKubeconfig]
 		if !ok {
 			return nil, fmt.Errorf("%w: no key %q", ErrCredentials, v1alpha1.SecretKeyKubeconfig)
@@ -88,6 +89,16 @@ func (p *Proxier) Target(ctx context.Context, m *mounts.Mount) (*Target, error) 
 		return nil, &CredentialsError{ReasonInvalidCredentials, fmt.Sprintf("mount %q: Secret %s/%s: %v", m.Name, ref.Namespace, ref.Name, err)}
 	}
 	return target, nil
+}
+
+// Forget lets go of what the proxy keeps for a deleted mount: its share of a Target and its
+// metric series. The registry calls it on the replica that served the delete, the status
+// controller's informer on every replica; a second call does nothing.
+func (p *Proxier) Forget(name string, uid types.UID) {
+	if p.Transports != nil {
+		p.Transports.Forget(uid)
+	}
+	p.Metrics.Forget(name, uid)
 }
 
 // Handler returns the handler of one proxied request to m at innerPath. Errors returned here
@@ -161,8 +172,7 @@ var scrubbedPrefixes = []string{"Impersonate-", "X-Remote-"}
 func (h *requestHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	start := time.Now()
 	metrics := h.proxier.Metrics
-	metrics.inflightAdd(h.mount.Name, 1)
-	defer metrics.inflightAdd(h.mount.Name, -1)
+	recording := metrics.start(h.mount.Name, h.mount.UID)
 	code := http.StatusOK
 	var written int64
 	w = httpsnoop.Wrap(w, httpsnoop.Hooks{
@@ -176,9 +186,9 @@ func (h *requestHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			return func(src io.Reader) (int64, error) { n, err := next(src); written += n; return n, err }
 		},
 	})
-	defer func() { metrics.observe(h.mount.Name, req.Method, code, written, time.Since(start)) }()
+	defer func() { metrics.finish(recording, req.Method, code, written, time.Since(start)) }()
 
-	ctx := req.Context()
+	ctx := withMount(req.Context(), h.mount.Name, h.mount.UID)
 	upgrade := httpstream.IsUpgradeRequest(req)
 	if upgrade {
 		// A WebSocket exec is a GET; "get" on mounts/proxy must not be enough to run

@@ -173,7 +173,7 @@ func (p *Proxier) ProbeWithin(ctx context.Context, m *mounts.Mount, wait time.Du
 		return ProbeResult{CredentialsErr: err}, nil
 	}
 	if p.Probes == nil {
-		return p.probe(ctx, target, DefaultProbeTimeout), nil
+		return p.probe(withMount(ctx, m.Name, m.UID), target, DefaultProbeTimeout), nil
 	}
 	r, ok, run, start := p.Probes.lookup(m.UID, target.key, time.Now())
 	if ok {
@@ -181,7 +181,7 @@ func (p *Proxier) ProbeWithin(ctx context.Context, m *mounts.Mount, wait time.Du
 	}
 	if start {
 		// Not bound to the caller's context: mounts of other callers may wait for it.
-		probeCtx := context.WithoutCancel(ctx)
+		probeCtx := withMount(context.WithoutCancel(ctx), m.Name, m.UID)
 		timeout := p.Probes.timeout()
 		go func() {
 			r := p.probe(probeCtx, target, timeout)

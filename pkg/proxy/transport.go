@@ -133,7 +133,7 @@ func NewTransports(opts TransportOptions, metrics *Metrics) *Transports {
 // the error of the key's last build. A mount whose key changed (a rotated Secret, a changed
 // spec) lets go of its old Target, which closes when no mount uses it any more. Waiting for
 // another caller's build of the same key ends with ctx.
-func (t *Transports) Get(ctx context.Context, uid types.UID, mountName string, key TargetKey, buildConfig func() (*rest.Config, error)) (*Target, error) {
+func (t *Transports) Get(ctx context.Context, uid types.UID, key TargetKey, buildConfig func() (*rest.Config, error)) (*Target, error) {
 	if key.ConnectTimeout == 0 {
 		key.ConnectTimeout = t.opts.ConnectTimeout
 	}
@@ -174,7 +174,7 @@ func (t *Transports) Get(ctx context.Context, uid types.UID, mountName string, k
 		b := &pendingBuild{done: make(chan struct{})}
 		t.building[key] = b
 		t.mu.Unlock()
-		b.target, b.err = t.build(mountName, key, buildConfig)
+		b.target, b.err = t.build(key, buildConfig)
 		t.mu.Lock()
 		delete(t.building, key)
 		if b.err != nil {
@@ -191,12 +191,12 @@ func (t *Transports) Get(ctx context.Context, uid types.UID, mountName string, k
 }
 
 // build builds the Target of key; it runs without the lock.
-func (t *Transports) build(mountName string, key TargetKey, buildConfig func() (*rest.Config, error)) (*Target, error) {
+func (t *Transports) build(key TargetKey, buildConfig func() (*rest.Config, error)) (*Target, error) {
 	cfg, err := buildConfig()
 	if err != nil {
 		return nil, err
 	}
-	return t.newTarget(mountName, cfg, []byte(key.CABundle), key.ConnectTimeout)
+	return t.newTarget(cfg, []byte(key.CABundle), key.ConnectTimeout)
 }
 
 // remember records a failed build, dropping failures idle for IdleExpiry, or else any one,
@@ -289,7 +289,7 @@ func (t *Transports) expire(now time.Time) {
 	t.expireFailures(now)
 }
 
-func (t *Transports) newTarget(mountName string, cfg *rest.Config, caOverride []byte, connectTimeout time.Duration) (*Target, error) {
+func (t *Transports) newTarget(cfg *rest.Config, caOverride []byte, connectTimeout time.Duration) (*Target, error) {
 	base, err := url.Parse(cfg.Host)
 	if err != nil {
 		return nil, fmt.Errorf("%w: server URL does not parse", ErrCredentials)
@@ -310,7 +310,9 @@ func (t *Transports) newTarget(mountName string, cfg *rest.Config, caOverride []
 	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
 		conn, err := dialer.DialContext(ctx, network, addr)
 		if err == nil {
-			t.metrics.connectionOpened(mountName)
+			// A Target serves all mounts of its key: the connection counts for the mount
+			// whose request or probe dialed it.
+			t.metrics.connectionOpened(ctx)
 		}
 		return conn, err
 	}

@@ -22,12 +22,12 @@ func TestTransportsShareAndRebuild(t *testing.T) {
 		return &rest.Config{Host: "https://127.0.0.1:6443", BearerToken: "t"}, nil
 	}
 	key := TargetKey{SecretNamespace: "ns", SecretName: "s", SecretResourceVersion: "1"}
-	first, err := tr.Get(ctx, "uid-1", "m1", key, build)
+	first, err := tr.Get(ctx, "uid-1", key, build)
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, _ := tr.Get(ctx, "uid-1", "m1", key, build)
-	shared, _ := tr.Get(ctx, "uid-2", "m2", key, build)
+	again, _ := tr.Get(ctx, "uid-1", key, build)
+	shared, _ := tr.Get(ctx, "uid-2", key, build)
 	if again != first || shared != first || builds != 1 {
 		t.Errorf("same key built %d targets; mounts of one Secret must share one", builds)
 	}
@@ -37,18 +37,18 @@ func TestTransportsShareAndRebuild(t *testing.T) {
 
 	rotated := key
 	rotated.SecretResourceVersion = "2"
-	second, _ := tr.Get(ctx, "uid-1", "m1", rotated, build)
+	second, _ := tr.Get(ctx, "uid-1", rotated, build)
 	if second == first || builds != 2 || tr.Len() != 2 {
 		t.Errorf("rotation: %d builds, %d targets", builds, tr.Len())
 	}
 	// uid-2 still uses the old target; once it moves too, the old one is closed and gone.
-	tr.Get(ctx, "uid-2", "m2", rotated, build)
+	tr.Get(ctx, "uid-2", rotated, build)
 	if tr.Len() != 1 {
 		t.Errorf("old target kept after its last user left: %d targets", tr.Len())
 	}
 	withTimeout := rotated
 	withTimeout.ConnectTimeout = 3 * time.Second
-	third, _ := tr.Get(ctx, "uid-2", "m2", withTimeout, build)
+	third, _ := tr.Get(ctx, "uid-2", withTimeout, build)
 	if third.ConnectTimeout != 3*time.Second || builds != 3 {
 		t.Errorf("connect timeout change: %v, %d builds", third.ConnectTimeout, builds)
 	}
@@ -77,7 +77,7 @@ func TestTransportsSlowFailingKeyDelaysNoOther(t *testing.T) {
 	}
 	bad := TargetKey{SecretNamespace: "ns", SecretName: "bad", SecretResourceVersion: "1"}
 	healthy := TargetKey{SecretNamespace: "ns", SecretName: "good", SecretResourceVersion: "1"}
-	if _, err := tr.Get(ctx, "healthy", "healthy", healthy, good); err != nil {
+	if _, err := tr.Get(ctx, "healthy", healthy, good); err != nil {
 		t.Fatal(err)
 	}
 
@@ -95,7 +95,7 @@ func TestTransportsSlowFailingKeyDelaysNoOther(t *testing.T) {
 					return
 				default:
 				}
-				if _, err := tr.Get(ctx, uid, string(uid), bad, slowFailing); !errors.Is(err, ErrCredentials) {
+				if _, err := tr.Get(ctx, uid, bad, slowFailing); !errors.Is(err, ErrCredentials) {
 					t.Errorf("bad key: %v", err)
 					return
 				}
@@ -109,12 +109,12 @@ func TestTransportsSlowFailingKeyDelaysNoOther(t *testing.T) {
 	var worst time.Duration
 	for i := range 20 {
 		start := time.Now()
-		if _, err := tr.Get(ctx, "healthy", "healthy", healthy, good); err != nil {
+		if _, err := tr.Get(ctx, "healthy", healthy, good); err != nil {
 			t.Fatal(err)
 		}
 		// A mount of another, new key is built meanwhile too.
 		fresh := TargetKey{SecretNamespace: "ns", SecretName: fmt.Sprintf("new-%d", i), SecretResourceVersion: "1"}
-		if _, err := tr.Get(ctx, types.UID(fresh.SecretName), fresh.SecretName, fresh, good); err != nil {
+		if _, err := tr.Get(ctx, types.UID(fresh.SecretName), fresh, good); err != nil {
 			t.Fatal(err)
 		}
 		worst = max(worst, time.Since(start))
@@ -133,7 +133,7 @@ func TestTransportsSlowFailingKeyDelaysNoOther(t *testing.T) {
 	// The fixed Secret (a new resourceVersion) is built at once.
 	fixed := bad
 	fixed.SecretResourceVersion = "2"
-	if _, err := tr.Get(ctx, "bad-0", "bad-0", fixed, good); err != nil {
+	if _, err := tr.Get(ctx, "bad-0", fixed, good); err != nil {
 		t.Errorf("fixed Secret: %v", err)
 	}
 }
@@ -157,7 +157,7 @@ func TestTransportsConcurrentBuildsShareOne(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			var err error
-			if targets[i], err = tr.Get(ctx, types.UID(fmt.Sprint(i)), fmt.Sprint(i), key, slow); err != nil {
+			if targets[i], err = tr.Get(ctx, types.UID(fmt.Sprint(i)), key, slow); err != nil {
 				t.Error(err)
 			}
 		}()
@@ -191,7 +191,7 @@ func TestTransportsConcurrentBuildsShareOne(t *testing.T) {
 	other := TargetKey{SecretNamespace: "ns", SecretName: "blocked", SecretResourceVersion: "1", ConnectTimeout: time.Second}
 	built := make(chan error)
 	go func() {
-		_, err := tr.Get(ctx, "builder", "builder", other, blocked)
+		_, err := tr.Get(ctx, "builder", other, blocked)
 		built <- err
 	}()
 	for {
@@ -205,7 +205,7 @@ func TestTransportsConcurrentBuildsShareOne(t *testing.T) {
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancel()
-	if _, err := tr.Get(waitCtx, "waiter", "waiter", other, blocked); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := tr.Get(waitCtx, "waiter", other, blocked); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("waiter with an ended context: %v", err)
 	}
 	close(block)
@@ -222,7 +222,7 @@ func TestTransportsFailuresBounded(t *testing.T) {
 	failing := func() (*rest.Config, error) { return nil, fmt.Errorf("%w: broken", ErrCredentials) }
 	for i := range 10 {
 		key := TargetKey{SecretNamespace: "ns", SecretName: "s", SecretResourceVersion: fmt.Sprint(i)}
-		if _, err := tr.Get(ctx, "m", "m", key, failing); !errors.Is(err, ErrCredentials) {
+		if _, err := tr.Get(ctx, "m", key, failing); !errors.Is(err, ErrCredentials) {
 			t.Fatal(err)
 		}
 	}

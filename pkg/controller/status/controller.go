@@ -127,7 +127,7 @@ func New(client clientset.Interface, informer mountinformers.MountInformer, prob
 			}
 		},
 		DeleteFunc: func(obj any) {
-			if m, ok := obj.(*v1alpha1.Mount); ok {
+			if m := DeletedMount(obj); m != nil {
 				c.setPhase(m.Name, "")
 			}
 		},
@@ -135,6 +135,16 @@ func New(client clientset.Interface, informer mountinformers.MountInformer, prob
 		return nil, fmt.Errorf("adding event handler: %w", err)
 	}
 	return c, nil
+}
+
+// DeletedMount returns the Mount of an informer's delete notification, also when the informer
+// missed the delete and only knows the last state it saw; nil for anything else.
+func DeletedMount(obj any) *v1alpha1.Mount {
+	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tombstone.Obj
+	}
+	m, _ := obj.(*v1alpha1.Mount)
+	return m
 }
 
 func (c *Controller) enqueue(obj any) {
