@@ -8,11 +8,12 @@ import (
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
@@ -74,7 +75,7 @@ type Controller struct {
 	synced   cache.InformerSynced
 	queue    workqueue.TypedRateLimitingInterface[string]
 	prober   Prober
-	recorder record.EventRecorder
+	recorder events.EventRecorder
 	opts     Options
 	metrics  *Metrics
 
@@ -83,7 +84,7 @@ type Controller struct {
 }
 
 // New returns a controller over informer; recorder may be nil (standalone mode: no events).
-func New(client clientset.Interface, informer mountinformers.MountInformer, prober Prober, recorder record.EventRecorder, opts Options) (*Controller, error) {
+func New(client clientset.Interface, informer mountinformers.MountInformer, prober Prober, recorder events.EventRecorder, opts Options) (*Controller, error) {
 	if opts.Interval <= 0 {
 		opts.Interval = 30 * time.Second
 	}
@@ -280,16 +281,22 @@ func (c *Controller) event(m *v1alpha1.Mount, from v1alpha1.MountPhase, status v
 	if c.recorder == nil {
 		return
 	}
-	eventType, message := "Normal", fmt.Sprintf("Phase %s -> %s", from, status.Phase)
-	for _, cond := range status.Conditions {
-		if cond.Type == v1alpha1.ConditionReady {
-			message += ": " + cond.Message
-		}
-	}
+	eventType := "Normal"
 	if status.Phase == v1alpha1.MountPhaseUnknown || status.Phase == v1alpha1.MountPhaseConnecting && from != v1alpha1.MountPhaseInitializing && from != "" {
 		eventType = "Warning"
 	}
-	c.recorder.Event(m, eventType, string(status.Phase), message)
+	c.recorder.Eventf(m, nil, eventType, string(status.Phase), "Probe", "%s", eventMessage(from, status))
+}
+
+// eventMessage says the phase change and the Ready condition's reason. Events may be read by
+// others than the Mount's readers: the condition's message, with the target's address and
+// the error, stays in the Mount's status.
+func eventMessage(from v1alpha1.MountPhase, status v1alpha1.MountStatus) string {
+	message := fmt.Sprintf("Phase %s -> %s", from, status.Phase)
+	if cond := meta.FindStatusCondition(status.Conditions, v1alpha1.ConditionReady); cond != nil {
+		message += ", reason " + cond.Reason + "; the Mount's conditions say more"
+	}
+	return message
 }
 
 func (c *Controller) setPhase(name string, phase v1alpha1.MountPhase) {
