@@ -91,7 +91,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 	proxier.Authorizer = c.Generic.Authorization.Authorizer
 	storage, err := mountsregistry.NewStorage(Scheme, c.Generic.RESTOptionsGetter, proxier.Handler, func(m *mounts.Mount) {
-		proxier.Transports.Forget(m.UID)
+		proxier.Forget(m.Name, m.UID)
 	})
 	if err != nil {
 		return nil, err

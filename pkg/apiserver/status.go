@@ -7,15 +7,16 @@ import (
 	"strings"
 
 	"github.com/google/uuid"
-	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/client-go/kubernetes"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
-	"k8s.io/client-go/tools/record"
 	componentbaseconfig "k8s.io/component-base/config"
 	"k8s.io/klog/v2"
 
@@ -52,16 +53,30 @@ func startStatusController(cfg StatusConfig, proxier *proxy.Proxier, host kubern
 		// annotations (kubectl apply's last-applied-configuration repeats the spec); a status
 		// update without them keeps the stored ones.
 		factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(stripUnread))
-		var recorder record.EventRecorder
+		var recorder events.EventRecorder
 		if host != nil {
-			broadcaster := record.NewBroadcaster(record.WithContext(hookCtx))
-			broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: host.CoreV1().Events("")})
-			recorder = broadcaster.NewRecorder(Scheme, corev1.EventSource{Component: "mount-apiserver"})
+			broadcaster := events.NewBroadcaster(namespacedSink{namespace: EventsNamespace, sink: &events.EventSinkImpl{Interface: host.EventsV1()}})
+			if err := broadcaster.StartRecordingToSinkWithContext(hookCtx); err != nil {
+				return fmt.Errorf("starting the event recorder: %w", err)
+			}
+			recorder = broadcaster.NewRecorder(Scheme, status.ControllerName)
 			go func() { <-hookCtx.Done(); broadcaster.Shutdown() }()
 		}
-		ctrl, err := status.New(client, factory.Mounts().V1alpha1().Mounts(), proxier, recorder, cfg.Options)
+		mountInformer := factory.Mounts().V1alpha1().Mounts()
+		ctrl, err := status.New(client, mountInformer, proxier, recorder, cfg.Options)
 		if err != nil {
 			return err
+		}
+		// Every replica watches Mounts, leader or not, and so learns of deletes served by
+		// another replica; the registry's delete hook runs only on the one that served it.
+		if _, err := mountInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+			DeleteFunc: func(obj any) {
+				if m := status.DeletedMount(obj); m != nil {
+					proxier.Forget(m.Name, m.UID)
+				}
+			},
+		}); err != nil {
+			return fmt.Errorf("adding mount delete handler: %w", err)
 		}
 		if ws, ok := proxier.Secrets.(*proxy.WatchedSecrets); ok {
 			ws.OnChange(ctrl.SecretChanged)
@@ -76,6 +91,38 @@ func startStatusController(cfg StatusConfig, proxier *proxy.Proxier, host kubern
 		go runElected(ctx, host, cfg.LeaderElection, ctrl.Run)
 		return nil
 	}
+}
+
+// EventsNamespace holds the Events of Mount phase changes. The recorder would put Events of
+// cluster-scoped objects in "default", which many may read; Kubernetes accepts them elsewhere
+// only in kube-system (for events.k8s.io/v1 Events), readable by cluster administrators.
+const EventsNamespace = metav1.NamespaceSystem
+
+// namespacedSink writes events into one namespace, whatever namespace the recorder chose.
+type namespacedSink struct {
+	namespace string
+	sink      events.EventSink
+}
+
+func (s namespacedSink) Create(ctx context.Context, e *eventsv1.Event) (*eventsv1.Event, error) {
+	return s.sink.Create(ctx, s.in(e))
+}
+
+func (s namespacedSink) Update(ctx context.Context, e *eventsv1.Event) (*eventsv1.Event, error) {
+	return s.sink.Update(ctx, s.in(e))
+}
+
+func (s namespacedSink) Patch(ctx context.Context, e *eventsv1.Event, data []byte) (*eventsv1.Event, error) {
+	return s.sink.Patch(ctx, s.in(e), data)
+}
+
+func (s namespacedSink) in(e *eventsv1.Event) *eventsv1.Event {
+	if e.Namespace == s.namespace {
+		return e
+	}
+	moved := e.DeepCopy()
+	moved.Namespace = s.namespace
+	return moved
 }
 
 // stripUnread drops the metadata the status controller never reads from the objects its

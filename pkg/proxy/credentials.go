@@ -13,12 +13,20 @@ import (
 // ErrCredentials marks a kubeconfig the proxy refuses. Messages never contain credential bytes.
 var ErrCredentials = errors.New("unusable kubeconfig")
 
+// MaxKubeconfigBytes bounds the kubeconfig of a Mount's Secret: room for a CA bundle as large
+// as spec.caBundle may be (256 KiB, a third more in base64) plus a client certificate and key.
+// Secrets may hold 1 MiB, which takes a third of a second of CPU to parse.
+const MaxKubeconfigBytes = 512 * 1024
+
 // ConfigFromKubeconfig turns the kubeconfig of a Mount's Secret into a client configuration
 // for its current context. Only static, inline credentials are accepted: tokens, client
 // certificates and CA data. Exec plugins and auth providers would run code or reach other
 // services on this server; file references would read this server's files (its own
 // service-account token, say) and send them to the target.
 func ConfigFromKubeconfig(data []byte) (*rest.Config, error) {
+	if len(data) > MaxKubeconfigBytes {
+		return nil, fmt.Errorf("%w: it has %d bytes, more than the %d accepted", ErrCredentials, len(data), MaxKubeconfigBytes)
+	}
 	kc, err := clientcmd.Load(data)
 	if err != nil {
 		// The decoder's errors may quote the input: say only where it failed.

@@ -2,8 +2,10 @@ package proxy
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -75,4 +77,22 @@ func TestConfigFromKubeconfig(t *testing.T) {
 	if _, err := ConfigFromKubeconfig([]byte("token: s3cr3t-token\n\tgarbage: [")); !errors.Is(err, ErrCredentials) || strings.Contains(err.Error(), "s3cr3t") {
 		t.Errorf("garbage: %v", err)
 	}
+}
+
+// TestConfigFromKubeconfigTooLarge: a kubeconfig beyond MaxKubeconfigBytes is refused before
+// it is parsed, with an error that names sizes, never content.
+func TestConfigFromKubeconfigTooLarge(t *testing.T) {
+	huge := kubeconfig(t, func(_ *clientcmdapi.Cluster, a *clientcmdapi.AuthInfo) {
+		a.Token = "s3cr3t-" + strings.Repeat("x", 1<<20)
+	})
+	start := time.Now()
+	_, err := ConfigFromKubeconfig(huge)
+	elapsed := time.Since(start)
+	if !errors.Is(err, ErrCredentials) || !strings.Contains(fmt.Sprint(err), "bytes") {
+		t.Fatalf("a %d-byte kubeconfig: err %v, want a refusal that names its size", len(huge), err)
+	}
+	if strings.Contains(err.Error(), "s3cr3t") {
+		t.Errorf("the error quotes the kubeconfig: %.200s", err)
+	}
+	t.Logf("refused a %d-byte kubeconfig in %v: %v", len(huge), elapsed, err)
 }

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"strings"
@@ -30,7 +31,7 @@ func TestStatusForErrorSaysWhatFailed(t *testing.T) {
 	}
 	tr := NewTransports(TransportOptions{ConnectTimeout: 5 * time.Second}, nil)
 	for _, tt := range tests {
-		tgt, err := tr.Get(types.UID(tt.name), "m", TargetKey{SecretName: tt.name}, func() (*rest.Config, error) {
+		tgt, err := tr.Get(context.Background(), types.UID(tt.name), TargetKey{SecretName: tt.name}, func() (*rest.Config, error) {
 			return &rest.Config{Host: tt.host, BearerToken: "mount-token"}, nil
 		})
 		if err != nil {

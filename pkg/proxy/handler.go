@@ -16,6 +16,7 @@ import (
 	"github.com/felixge/httpsnoop"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/httpstream"
 	utilproxy "k8s.io/apimachinery/pkg/util/proxy"
 	"k8s.io/apiserver/pkg/authentication/user"
@@ -96,7 +97,7 @@ func (p *Proxier) Target(ctx context.Context, m *mounts.Mount) (*Target, error) 
 	if t := m.Spec.Timeouts; t != nil && t.ConnectSeconds != nil {
 		key.ConnectTimeout = time.Duration(*t.ConnectSeconds) * time.Second
 	}
-	target, err := p.Transports.Get(m.UID, m.Name, key, func() (*rest.Config, error) {
+	target, err := p.Transports.Get(ctx, m.UID, key, func() (*rest.Config, error) {
 		data, ok := secret.Data[v1alpha1.SecretKeyKubeconfig]
 		if !ok {
 			return nil, fmt.Errorf("%w: no key %q", ErrCredentials, v1alpha1.SecretKeyKubeconfig)
@@ -115,6 +116,16 @@ func (p *Proxier) Target(ctx context.Context, m *mounts.Mount) (*Target, error) 
 
 func unsupportedType(m *mounts.Mount) *CredentialsError {
 	return &CredentialsError{ReasonUnsupportedType, fmt.Sprintf("mount %q has type %s, which is served only in kcp mode; this server proxies type URL", m.Name, m.Spec.Type)}
+}
+
+// Forget lets go of what the proxy keeps for a deleted mount: its share of a Target and its
+// metric series. The registry calls it on the replica that served the delete, the status
+// controller's informer on every replica; a second call does nothing.
+func (p *Proxier) Forget(name string, uid types.UID) {
+	if p.Transports != nil {
+		p.Transports.Forget(uid)
+	}
+	p.Metrics.Forget(name, uid)
 }
 
 // Handler returns the handler of one proxied request to m at innerPath. Errors returned here
@@ -248,8 +259,7 @@ func hops(h http.Header) (int, error) {
 func (h *requestHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	start := time.Now()
 	metrics := h.proxier.Metrics
-	metrics.inflightAdd(h.mount.Name, 1)
-	defer metrics.inflightAdd(h.mount.Name, -1)
+	recording := metrics.start(h.mount.Name, h.mount.UID)
 	code := http.StatusOK
 	var written int64
 	w = httpsnoop.Wrap(w, httpsnoop.Hooks{
@@ -263,9 +273,9 @@ func (h *requestHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			return func(src io.Reader) (int64, error) { n, err := next(src); written += n; return n, err }
 		},
 	})
-	defer func() { metrics.observe(h.mount.Name, req.Method, code, written, time.Since(start)) }()
+	defer func() { metrics.finish(recording, req.Method, code, written, time.Since(start)) }()
 
-	ctx := req.Context()
+	ctx := withMount(req.Context(), h.mount.Name, h.mount.UID)
 	hop, err := hops(req.Header)
 	if err != nil {
 		code = http.StatusBadRequest

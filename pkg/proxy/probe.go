@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
@@ -25,74 +26,191 @@ type ProbeResult struct {
 	Latency time.Duration
 }
 
-// probeTimeout bounds a probe beyond the connect timeout.
-const probeTimeout = 5 * time.Second
+// probeSlack bounds a probe beyond the connect timeout.
+const probeSlack = 5 * time.Second
 
-// ProbeCache shares probe results between mounts of one target (one TargetKey) for TTL, so
-// 10,000 mounts of one cluster cost that cluster one probe per TTL instead of 10,000.
+// DefaultProbeTimeout bounds a probe whatever the mount's connect timeout (up to 300 s): a
+// target that has not answered /readyz by then is not ready.
+const DefaultProbeTimeout = 15 * time.Second
+
+// waiterHold is how long a finished probe's result is kept for the mounts told to wait for
+// it, however short the TTL: they read it when the controller's queue gets to them again.
+const waiterHold = 5 * time.Minute
+
+// maxProbeEntries is the number of targets above which finished, expired entries are dropped.
+const maxProbeEntries = 1024
+
+// ProbeCache shares probes between mounts of one target (one TargetKey): mounts probed while a
+// probe of their target is in flight wait for that one, and its result serves them for TTL, so
+// 10,000 mounts of one cluster cost that cluster one probe per TTL instead of 10,000. Its zero
+// value shares in-flight probes only.
 type ProbeCache struct {
+	// TTL is how long a result serves further mounts of the target.
 	TTL time.Duration
+	// Timeout bounds a probe, also when the connect timeout is longer (0: DefaultProbeTimeout).
+	Timeout time.Duration
 
 	mu      sync.Mutex
-	entries map[TargetKey]probeEntry
+	entries map[TargetKey]*probeEntry
 }
 
 type probeEntry struct {
-	result ProbeResult
-	at     time.Time
+	running *probeRun // in flight, nil when none is
+	last    *probeRun // the last finished one
 }
 
-func (c *ProbeCache) get(key TargetKey) (ProbeResult, bool) {
-	if c == nil || c.TTL <= 0 {
-		return ProbeResult{}, false
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.entries[key]
-	if !ok || time.Since(e.at) > c.TTL {
-		return ProbeResult{}, false
-	}
-	return e.result, true
+// probeRun is one probe of a target. result and at are set before done is closed; waiters are
+// the mounts that were told to wait for done and have not read the result yet. Both under
+// ProbeCache.mu.
+type probeRun struct {
+	done    chan struct{}
+	result  ProbeResult
+	at      time.Time
+	waiters map[types.UID]struct{}
 }
 
-func (c *ProbeCache) put(key TargetKey, r ProbeResult) {
-	if c == nil || c.TTL <= 0 {
-		return
+func (c *ProbeCache) timeout() time.Duration {
+	if c == nil || c.Timeout <= 0 {
+		return DefaultProbeTimeout
 	}
+	return c.Timeout
+}
+
+// lookup returns the result a mount may use now, or else the run to wait for: the one in
+// flight, or a new one the caller must start.
+func (c *ProbeCache) lookup(uid types.UID, key TargetKey, now time.Time) (r ProbeResult, ok bool, run *probeRun, start bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.entries == nil {
-		c.entries = map[TargetKey]probeEntry{}
+		c.entries = map[TargetKey]*probeEntry{}
 	}
-	now := time.Now()
-	if len(c.entries) > 1024 {
-		for k, e := range c.entries {
-			if now.Sub(e.at) > c.TTL {
-				delete(c.entries, k)
-			}
+	e := c.entries[key]
+	if e == nil {
+		c.prune(now)
+		e = &probeEntry{}
+		c.entries[key] = e
+	}
+	if last := e.last; last != nil {
+		if _, waited := last.waiters[uid]; waited {
+			delete(last.waiters, uid)
+			return last.result, true, nil, false
+		}
+		if now.Sub(last.at) <= c.TTL {
+			return last.result, true, nil, false
 		}
 	}
-	c.entries[key] = probeEntry{result: r, at: now}
+	if e.running != nil {
+		return ProbeResult{}, false, e.running, false
+	}
+	e.running = &probeRun{done: make(chan struct{}), waiters: map[types.UID]struct{}{}}
+	return ProbeResult{}, false, e.running, true
+}
+
+// wait registers uid as a waiter of run, unless run has finished: then it returns its result.
+func (c *ProbeCache) wait(uid types.UID, run *probeRun) (ProbeResult, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	select {
+	case <-run.done:
+		return run.result, true
+	default:
+		run.waiters[uid] = struct{}{}
+		return ProbeResult{}, false
+	}
+}
+
+// finish records run's result as the last of key and wakes its waiters. Mounts still waiting
+// for the previous result get this newer one.
+func (c *ProbeCache) finish(key TargetKey, run *probeRun, r ProbeResult, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	run.result, run.at = r, now
+	e := c.entries[key]
+	if e == nil { // pruned meanwhile; keep it for the waiters
+		e = &probeEntry{}
+		c.entries[key] = e
+	}
+	if e.last != nil {
+		for uid := range e.last.waiters {
+			run.waiters[uid] = struct{}{}
+		}
+	}
+	e.last, e.running = run, nil
+	close(run.done)
+}
+
+// prune drops entries with no probe in flight whose result nobody may use any more, once there
+// are many. c.mu is held.
+func (c *ProbeCache) prune(now time.Time) {
+	if len(c.entries) < maxProbeEntries {
+		return
+	}
+	for key, e := range c.entries {
+		if e.running != nil {
+			continue
+		}
+		if last := e.last; last == nil || now.Sub(last.at) > c.TTL && (len(last.waiters) == 0 || now.Sub(last.at) > waiterHold) {
+			delete(c.entries, key)
+		}
+	}
 }
 
 // Probe resolves the Mount's credentials and asks its target /readyz, falling back to /version
-// for targets that do not serve /readyz to these credentials. It uses the cached transport of
-// the proxy with the mount's own credentials, so a working probe means working proxying.
+// for targets that do not serve /readyz to these credentials; it waits for the result. It uses
+// the cached transport of the proxy with the mount's own credentials, so a working probe means
+// working proxying.
 func (p *Proxier) Probe(ctx context.Context, m *mounts.Mount) ProbeResult {
-	target, err := p.Target(ctx, m)
-	if err != nil {
-		return ProbeResult{CredentialsErr: err}
-	}
-	if r, ok := p.Probes.get(target.key); ok {
-		return r
-	}
-	r := p.probe(ctx, target)
-	p.Probes.put(target.key, r)
+	r, _ := p.ProbeWithin(ctx, m, -1)
 	return r
 }
 
-func (p *Proxier) probe(ctx context.Context, target *Target) ProbeResult {
-	ctx, cancel := context.WithTimeout(ctx, target.ConnectTimeout+probeTimeout)
+// ProbeWithin probes like Probe but waits at most wait (negative: until the result is there).
+// When the probe is still running then, it returns pending, which is closed when the probe
+// has finished: a ProbeWithin of the same mount after that gets its result, whatever the TTL.
+// The probe runs on without the caller, bounded by the probe timeout.
+func (p *Proxier) ProbeWithin(ctx context.Context, m *mounts.Mount, wait time.Duration) (r ProbeResult, pending <-chan struct{}) {
+	target, err := p.Target(ctx, m)
+	if err != nil {
+		return ProbeResult{CredentialsErr: err}, nil
+	}
+	if p.Probes == nil {
+		return p.probe(withMount(ctx, m.Name, m.UID), target, DefaultProbeTimeout), nil
+	}
+	r, ok, run, start := p.Probes.lookup(m.UID, target.key, time.Now())
+	if ok {
+		return r, nil
+	}
+	if start {
+		// Not bound to the caller's context: mounts of other callers may wait for it.
+		probeCtx := withMount(context.WithoutCancel(ctx), m.Name, m.UID)
+		timeout := p.Probes.timeout()
+		go func() {
+			r := p.probe(probeCtx, target, timeout)
+			p.Probes.finish(target.key, run, r, time.Now())
+		}()
+	}
+	var timer <-chan time.Time
+	if wait >= 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		timer = t.C
+	}
+	select {
+	case <-run.done:
+		return run.result, nil
+	case <-ctx.Done():
+		return ProbeResult{ReachErr: fmt.Errorf("probe of %s abandoned: %w", target.Base.Host, ctx.Err())}, nil
+	case <-timer:
+	}
+	if r, ok := p.Probes.wait(m.UID, run); ok {
+		return r, nil
+	}
+	return ProbeResult{}, run.done
+}
+
+// probe asks the target, within the connect timeout plus probeSlack and at most limit.
+func (p *Proxier) probe(ctx context.Context, target *Target, limit time.Duration) ProbeResult {
+	ctx, cancel := context.WithTimeout(ctx, min(target.ConnectTimeout+probeSlack, limit))
 	defer cancel()
 	var lastErr error
 	for _, path := range []string{"/readyz", "/version"} {

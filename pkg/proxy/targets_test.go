@@ -60,7 +60,7 @@ func TestDefaultTransportsRefusePlainHTTP(t *testing.T) {
 	metadata, hits := countingServer(t, false, "instance-secret")
 	build := func() (*rest.Config, error) { return &rest.Config{Host: metadata.URL, BearerToken: "mount-token"}, nil }
 	tr := NewTransports(TransportOptions{}, nil)
-	target, err := tr.Get("uid", "m", TargetKey{SecretName: "plain"}, build)
+	target, err := tr.Get(context.Background(), "uid", TargetKey{SecretName: "plain"}, build)
 	if err == nil {
 		resp, rerr := get(t, target, "/latest/meta-data")
 		if rerr == nil {
@@ -78,7 +78,7 @@ func TestDefaultTransportsRefusePlainHTTP(t *testing.T) {
 	}
 
 	allowing := NewTransports(TransportOptions{Policy: targetpolicy.New(targetpolicy.Config{AllowPlainHTTP: true})}, nil)
-	target, err = allowing.Get("uid", "m", TargetKey{SecretName: "plain"}, build)
+	target, err = allowing.Get(context.Background(), "uid", TargetKey{SecretName: "plain"}, build)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +151,7 @@ func TestDialChecksTheAddressConnectedTo(t *testing.T) {
 	// Through a mount's transport, and as the caller sees it: 403, naming the target as the
 	// mount names it, not the address it resolved to.
 	tr := NewTransports(TransportOptions{Policy: policy}, nil)
-	tgt, err := tr.Get("uid", "m", TargetKey{SecretName: "named"}, func() (*rest.Config, error) {
+	tgt, err := tr.Get(context.Background(), "uid", TargetKey{SecretName: "named"}, func() (*rest.Config, error) {
 		return &rest.Config{Host: "https://" + target, BearerToken: "mount-token"}, nil
 	})
 	if err != nil {
@@ -192,7 +192,7 @@ func TestOwnCertificateIsRefused(t *testing.T) {
 	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: self.Certificate().Raw})
 	policy := targetpolicy.New(targetpolicy.Config{OwnCertificates: func() [][]byte { return [][]byte{self.Certificate().Raw} }})
 	tr := NewTransports(TransportOptions{Policy: policy}, nil)
-	tgt, err := tr.Get("uid", "m", TargetKey{SecretName: "self", CABundle: string(caPEM)}, func() (*rest.Config, error) {
+	tgt, err := tr.Get(context.Background(), "uid", TargetKey{SecretName: "self", CABundle: string(caPEM)}, func() (*rest.Config, error) {
 		return &rest.Config{Host: self.URL, BearerToken: "mount-token"}, nil
 	})
 	if err != nil {
@@ -224,7 +224,7 @@ func TestOwnCertificateIsRefused(t *testing.T) {
 func TestUpgradesVerifyTargetsWithoutCAData(t *testing.T) {
 	untrusted, hits := countingServer(t, true, "")
 	tr := NewTransports(TransportOptions{}, nil)
-	target, err := tr.Get("uid", "m", TargetKey{SecretName: "no-ca"}, func() (*rest.Config, error) {
+	target, err := tr.Get(context.Background(), "uid", TargetKey{SecretName: "no-ca"}, func() (*rest.Config, error) {
 		return &rest.Config{Host: untrusted.URL, BearerToken: "mount-token"}, nil
 	})
 	if err != nil {
@@ -251,7 +251,7 @@ func TestCABundleAppliesWithoutCAData(t *testing.T) {
 	target, hits := countingServer(t, true, "ok")
 	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: target.Certificate().Raw})
 	tr := NewTransports(TransportOptions{}, nil)
-	tgt, err := tr.Get("uid", "m", TargetKey{SecretName: "no-ca", CABundle: string(caPEM)}, func() (*rest.Config, error) {
+	tgt, err := tr.Get(context.Background(), "uid", TargetKey{SecretName: "no-ca", CABundle: string(caPEM)}, func() (*rest.Config, error) {
 		return &rest.Config{Host: target.URL, BearerToken: "mount-token"}, nil
 	})
 	if err != nil {

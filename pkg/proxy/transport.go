@@ -64,22 +64,50 @@ type TransportOptions struct {
 	ConnectTimeout time.Duration
 	// MaxIdleConnsPerMount bounds idle connections kept to one target.
 	MaxIdleConnsPerMount int
-	// IdleExpiry drops a mount's transports when it was not used for this long.
+	// IdleExpiry drops a mount's transports, and a remembered build failure, when it was not
+	// used for this long.
 	IdleExpiry time.Duration
 	// Policy decides which targets may be reached; nil is the default policy.
 	Policy *targetpolicy.Policy
+	// MaxFailures bounds the build failures remembered (0: DefaultMaxFailures).
+	MaxFailures int
 }
+
+// DefaultMaxFailures bounds the remembered build failures: one per failing Secret version, a
+// few hundred bytes each.
+const DefaultMaxFailures = 4096
 
 // Transports caches Targets, so requests reuse connections instead of dialing per request: one
 // per TargetKey, shared by the mounts that have it, rebuilt when the Secret or the spec
 // changes the key.
+//
+// Building a Target (parsing the kubeconfig, loading certificates) happens outside the lock:
+// a slow or failing kubeconfig delays only the mounts of its own key, which wait for the one
+// build in flight. A failed build is remembered for its key, and since the key holds the
+// Secret's resourceVersion, a broken Secret is parsed once per version, not per request or
+// probe, and a fixed one is built at once.
 type Transports struct {
 	opts    TransportOptions
 	metrics *Metrics
 
-	mu      sync.Mutex
-	targets map[TargetKey]*Target
-	mounts  map[types.UID]TargetKey
+	mu       sync.Mutex
+	targets  map[TargetKey]*Target
+	building map[TargetKey]*pendingBuild
+	failures map[TargetKey]*failure
+	mounts   map[types.UID]TargetKey
+}
+
+// pendingBuild is a Target being built; done is closed when target or err is set.
+type pendingBuild struct {
+	done   chan struct{}
+	target *Target
+	err    error
+}
+
+// failure is a remembered failed build.
+type failure struct {
+	err      error
+	lastUsed time.Time
 }
 
 // NewTransports returns an empty cache.
@@ -96,41 +124,110 @@ func NewTransports(opts TransportOptions, metrics *Metrics) *Transports {
 	if opts.Policy == nil {
 		opts.Policy = targetpolicy.New(targetpolicy.Config{})
 	}
-	return &Transports{opts: opts, metrics: metrics, targets: map[TargetKey]*Target{}, mounts: map[types.UID]TargetKey{}}
+	if opts.MaxFailures <= 0 {
+		opts.MaxFailures = DefaultMaxFailures
+	}
+	return &Transports{
+		opts:     opts,
+		metrics:  metrics,
+		targets:  map[TargetKey]*Target{},
+		building: map[TargetKey]*pendingBuild{},
+		failures: map[TargetKey]*failure{},
+		mounts:   map[types.UID]TargetKey{},
+	}
 }
 
-// Get returns the Target of a mount: the cached one of its key, or one built with build. A
-// mount whose key changed (a rotated Secret, a changed spec) lets go of its old Target, which
-// closes when no mount uses it any more.
-func (t *Transports) Get(uid types.UID, mountName string, key TargetKey, build func() (*rest.Config, error)) (*Target, error) {
+// Get returns the Target of a mount: the cached one of its key, or one built with build; or
+// the error of the key's last build. A mount whose key changed (a rotated Secret, a changed
+// spec) lets go of its old Target, which closes when no mount uses it any more. Waiting for
+// another caller's build of the same key ends with ctx.
+func (t *Transports) Get(ctx context.Context, uid types.UID, key TargetKey, buildConfig func() (*rest.Config, error)) (*Target, error) {
 	if key.ConnectTimeout == 0 {
 		key.ConnectTimeout = t.opts.ConnectTimeout
 	}
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	if old, ok := t.mounts[uid]; ok && old != key {
-		t.release(uid)
-	}
-	if cur, ok := t.targets[key]; ok {
-		if _, had := t.mounts[uid]; !had {
-			cur.users++
-			t.mounts[uid] = key
+	for {
+		if old, ok := t.mounts[uid]; ok && old != key {
+			t.release(uid)
 		}
-		cur.lastUsed = time.Now()
-		return cur, nil
+		now := time.Now()
+		if cur, ok := t.targets[key]; ok {
+			if _, had := t.mounts[uid]; !had {
+				cur.users++
+				t.mounts[uid] = key
+			}
+			cur.lastUsed = now
+			t.mu.Unlock()
+			return cur, nil
+		}
+		if f, ok := t.failures[key]; ok {
+			f.lastUsed = now
+			t.mu.Unlock()
+			return nil, f.err
+		}
+		if b, ok := t.building[key]; ok {
+			t.mu.Unlock()
+			select {
+			case <-b.done:
+			case <-ctx.Done():
+				return nil, fmt.Errorf("waiting for the transport of the mount's target: %w", ctx.Err())
+			}
+			if b.err != nil {
+				return nil, b.err
+			}
+			t.mu.Lock()
+			continue // the built Target is in targets now (or already expired: build again)
+		}
+
+		b := &pendingBuild{done: make(chan struct{})}
+		t.building[key] = b
+		t.mu.Unlock()
+		b.target, b.err = t.build(key, buildConfig)
+		t.mu.Lock()
+		delete(t.building, key)
+		if b.err != nil {
+			t.remember(key, b.err, time.Now())
+			t.mu.Unlock()
+			close(b.done)
+			return nil, b.err
+		}
+		// No user yet: this caller registers itself in the next round, under the same lock.
+		b.target.key, b.target.lastUsed = key, time.Now()
+		t.targets[key] = b.target
+		close(b.done)
 	}
-	cfg, err := build()
+}
+
+// build builds the Target of key; it runs without the lock.
+func (t *Transports) build(key TargetKey, buildConfig func() (*rest.Config, error)) (*Target, error) {
+	cfg, err := buildConfig()
 	if err != nil {
 		return nil, err
 	}
-	target, err := t.newTarget(mountName, cfg, []byte(key.CABundle), key.ConnectTimeout)
-	if err != nil {
-		return nil, err
+	return t.newTarget(cfg, []byte(key.CABundle), key.ConnectTimeout)
+}
+
+// remember records a failed build, dropping failures idle for IdleExpiry, or else any one,
+// when MaxFailures are remembered. Dropping one only costs a build again. t.mu is held.
+func (t *Transports) remember(key TargetKey, err error, now time.Time) {
+	if len(t.failures) >= t.opts.MaxFailures {
+		t.expireFailures(now)
 	}
-	target.key, target.users, target.lastUsed = key, 1, time.Now()
-	t.targets[key] = target
-	t.mounts[uid] = key
-	return target, nil
+	for k := range t.failures {
+		if len(t.failures) < t.opts.MaxFailures {
+			break
+		}
+		delete(t.failures, k)
+	}
+	t.failures[key] = &failure{err: err, lastUsed: now}
+}
+
+func (t *Transports) expireFailures(now time.Time) {
+	for k, f := range t.failures {
+		if now.Sub(f.lastUsed) > t.opts.IdleExpiry {
+			delete(t.failures, k)
+		}
+	}
 }
 
 // Forget lets go of a deleted mount's Target, closing it when no other mount uses it.
@@ -161,8 +258,15 @@ func (t *Transports) Len() int {
 	return len(t.targets)
 }
 
-// Run drops targets unused for IdleExpiry until ctx ends; it also catches mounts deleted
-// through another replica.
+// Failures is the number of remembered build failures.
+func (t *Transports) Failures() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.failures)
+}
+
+// Run drops targets and remembered failures unused for IdleExpiry until ctx ends; it also
+// catches mounts deleted through another replica.
 func (t *Transports) Run(ctx context.Context) {
 	ticker := time.NewTicker(t.opts.IdleExpiry / 4)
 	defer ticker.Stop()
@@ -171,24 +275,29 @@ func (t *Transports) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case now := <-ticker.C:
-			t.mu.Lock()
-			for key, target := range t.targets {
-				if now.Sub(target.lastUsed) > t.opts.IdleExpiry {
-					target.close()
-					delete(t.targets, key)
-				}
-			}
-			for uid, key := range t.mounts {
-				if _, ok := t.targets[key]; !ok {
-					delete(t.mounts, uid)
-				}
-			}
-			t.mu.Unlock()
+			t.expire(now)
 		}
 	}
 }
 
-func (t *Transports) newTarget(mountName string, cfg *rest.Config, caOverride []byte, connectTimeout time.Duration) (*Target, error) {
+func (t *Transports) expire(now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for key, target := range t.targets {
+		if now.Sub(target.lastUsed) > t.opts.IdleExpiry {
+			target.close()
+			delete(t.targets, key)
+		}
+	}
+	for uid, key := range t.mounts {
+		if _, ok := t.targets[key]; !ok {
+			delete(t.mounts, uid)
+		}
+	}
+	t.expireFailures(now)
+}
+
+func (t *Transports) newTarget(cfg *rest.Config, caOverride []byte, connectTimeout time.Duration) (*Target, error) {
 	base, err := url.Parse(cfg.Host)
 	if err != nil {
 		return nil, fmt.Errorf("%w: server URL does not parse", ErrCredentials)
@@ -223,7 +332,9 @@ func (t *Transports) newTarget(mountName string, cfg *rest.Config, caOverride []
 	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
 		conn, err := dialAllowed(ctx, *dialer, policy, network, addr)
 		if err == nil {
-			t.metrics.connectionOpened(mountName)
+			// A Target serves all mounts of its key: the connection counts for the mount
+			// whose request or probe dialed it.
+			t.metrics.connectionOpened(ctx)
 		}
 		return conn, err
 	}

@@ -8,11 +8,12 @@ import (
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
@@ -32,9 +33,10 @@ const ControllerName = "mount-status"
 
 const secretIndex = "secret"
 
-// Prober probes a mount's target.
+// Prober probes a mount's target. When the probe takes longer than wait, it returns pending,
+// closed when the probe has finished; probing the mount again then returns that result.
 type Prober interface {
-	Probe(ctx context.Context, m *mounts.Mount) proxy.ProbeResult
+	ProbeWithin(ctx context.Context, m *mounts.Mount, wait time.Duration) (r proxy.ProbeResult, pending <-chan struct{})
 }
 
 // Options tune the controller.
@@ -44,9 +46,26 @@ type Options struct {
 	BaseURL string
 	// Interval is how often a mount is probed again; each mount gets 20% jitter.
 	Interval time.Duration
-	// Workers bounds concurrent probes.
+	// Workers bounds concurrent reconciles.
 	Workers int
+	// ProbeWait is how long a worker waits for a probe; a probe still running then goes on
+	// without it, and the mount is reconciled again when it has finished. Hung targets thus
+	// hold no worker for longer than this.
+	ProbeWait time.Duration
 }
+
+// DefaultProbeWait is the ProbeWait of controllers that set none: probes of a healthy target
+// take milliseconds, a cold TLS handshake to a distant one a few hundred.
+const DefaultProbeWait = 250 * time.Millisecond
+
+// outcome is how one reconcile ended.
+type outcome int
+
+const (
+	healthy outcome = iota // status written (or unchanged), target Ready: ordinary interval
+	failing                // status written (or unchanged), not Ready: per-mount backoff
+	pending                // probe still running: no status yet; enqueued when it finishes
+)
 
 // Controller keeps the status of every Mount.
 type Controller struct {
@@ -56,7 +75,7 @@ type Controller struct {
 	synced   cache.InformerSynced
 	queue    workqueue.TypedRateLimitingInterface[string]
 	prober   Prober
-	recorder record.EventRecorder
+	recorder events.EventRecorder
 	opts     Options
 	metrics  *Metrics
 
@@ -65,12 +84,15 @@ type Controller struct {
 }
 
 // New returns a controller over informer; recorder may be nil (standalone mode: no events).
-func New(client clientset.Interface, informer mountinformers.MountInformer, prober Prober, recorder record.EventRecorder, opts Options) (*Controller, error) {
+func New(client clientset.Interface, informer mountinformers.MountInformer, prober Prober, recorder events.EventRecorder, opts Options) (*Controller, error) {
 	if opts.Interval <= 0 {
 		opts.Interval = 30 * time.Second
 	}
 	if opts.Workers <= 0 {
 		opts.Workers = 8
+	}
+	if opts.ProbeWait <= 0 {
+		opts.ProbeWait = DefaultProbeWait
 	}
 	c := &Controller{
 		client:   client,
@@ -106,7 +128,7 @@ func New(client clientset.Interface, informer mountinformers.MountInformer, prob
 			}
 		},
 		DeleteFunc: func(obj any) {
-			if m, ok := obj.(*v1alpha1.Mount); ok {
+			if m := DeletedMount(obj); m != nil {
 				c.setPhase(m.Name, "")
 			}
 		},
@@ -114,6 +136,16 @@ func New(client clientset.Interface, informer mountinformers.MountInformer, prob
 		return nil, fmt.Errorf("adding event handler: %w", err)
 	}
 	return c, nil
+}
+
+// DeletedMount returns the Mount of an informer's delete notification, also when the informer
+// missed the delete and only knows the last state it saw; nil for anything else.
+func DeletedMount(obj any) *v1alpha1.Mount {
+	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tombstone.Obj
+	}
+	m, _ := obj.(*v1alpha1.Mount)
+	return m
 }
 
 func (c *Controller) enqueue(obj any) {
@@ -164,14 +196,24 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		return false
 	}
 	defer c.queue.Done(name)
-	healthy, err := c.reconcile(ctx, name)
+	result, probed, err := c.reconcile(ctx, name)
 	switch {
 	case err != nil:
 		klog.FromContext(ctx).V(2).Info("Reconciling mount failed; retrying", "mount", name, "err", err.Error())
 		c.queue.AddRateLimited(name)
-	case healthy:
+	case result == healthy:
 		c.queue.Forget(name)
 		c.queue.AddAfter(name, wait.Jitter(c.opts.Interval, 0.2))
+	case result == pending:
+		// The worker moves on; the mount comes back when its probe is done, at the latest after
+		// the probe timeout.
+		go func() {
+			select {
+			case <-probed:
+				c.queue.Add(name)
+			case <-ctx.Done():
+			}
+		}()
 	default:
 		// Failing targets are probed again with per-mount backoff.
 		c.queue.AddRateLimited(name)
@@ -180,31 +222,39 @@ func (c *Controller) processNext(ctx context.Context) bool {
 }
 
 // reconcile probes one mount and writes its status if it changed. It reports whether the
-// target is healthy (ordinary interval) or not (backoff).
-func (c *Controller) reconcile(ctx context.Context, name string) (bool, error) {
+// target is healthy (ordinary interval), failing (backoff), or its probe still runs (then
+// probed is closed when it is done).
+func (c *Controller) reconcile(ctx context.Context, name string) (result outcome, probed <-chan struct{}, err error) {
 	m, err := c.lister.Get(name)
 	if apierrors.IsNotFound(err) {
 		c.queue.Forget(name)
-		return true, nil
+		return healthy, nil, nil
 	}
 	if err != nil {
-		return false, err
+		return failing, nil, err
 	}
 	url := ProxyURL(c.opts.BaseURL, m.Name)
 	now := metav1.Now()
 
 	internal := &mounts.Mount{}
 	if err := v1alpha1.Convert_v1alpha1_Mount_To_mounts_Mount(m, internal, nil); err != nil {
-		return false, fmt.Errorf("converting mount: %w", err)
+		return failing, nil, fmt.Errorf("converting mount: %w", err)
 	}
 	start := time.Now()
-	result := c.prober.Probe(ctx, internal)
-	c.metrics.probed(result, time.Since(start))
-	status := computeStatus(m, result, url, now)
-	if err := c.write(ctx, m, status); err != nil {
-		return false, err
+	probe, probed := c.prober.ProbeWithin(ctx, internal, c.opts.ProbeWait)
+	if probed != nil {
+		klog.FromContext(ctx).V(4).Info("Probe still running; reconciling when it is done", "mount", name)
+		return pending, probed, nil
 	}
-	return status.Phase == v1alpha1.MountPhaseReady, nil
+	c.metrics.probed(probe, time.Since(start))
+	status := computeStatus(m, probe, url, now)
+	if err := c.write(ctx, m, status); err != nil {
+		return failing, nil, err
+	}
+	if status.Phase == v1alpha1.MountPhaseReady {
+		return healthy, nil, nil
+	}
+	return failing, nil, nil
 }
 
 // write updates the status when it differs, and records the phase transition.
@@ -231,16 +281,22 @@ func (c *Controller) event(m *v1alpha1.Mount, from v1alpha1.MountPhase, status v
 	if c.recorder == nil {
 		return
 	}
-	eventType, message := "Normal", fmt.Sprintf("Phase %s -> %s", from, status.Phase)
-	for _, cond := range status.Conditions {
-		if cond.Type == v1alpha1.ConditionReady {
-			message += ": " + cond.Message
-		}
-	}
+	eventType := "Normal"
 	if status.Phase == v1alpha1.MountPhaseUnknown || status.Phase == v1alpha1.MountPhaseConnecting && from != v1alpha1.MountPhaseInitializing && from != "" {
 		eventType = "Warning"
 	}
-	c.recorder.Event(m, eventType, string(status.Phase), message)
+	c.recorder.Eventf(m, nil, eventType, string(status.Phase), "Probe", "%s", eventMessage(from, status))
+}
+
+// eventMessage says the phase change and the Ready condition's reason. Events may be read by
+// others than the Mount's readers: the condition's message, with the target's address and
+// the error, stays in the Mount's status.
+func eventMessage(from v1alpha1.MountPhase, status v1alpha1.MountStatus) string {
+	message := fmt.Sprintf("Phase %s -> %s", from, status.Phase)
+	if cond := meta.FindStatusCondition(status.Conditions, v1alpha1.ConditionReady); cond != nil {
+		message += ", reason " + cond.Reason + "; the Mount's conditions say more"
+	}
+	return message
 }
 
 func (c *Controller) setPhase(name string, phase v1alpha1.MountPhase) {

@@ -2,6 +2,7 @@ package status
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -82,4 +83,20 @@ func equalStatus(a, b v1alpha1.MountStatus) bool {
 		}
 	}
 	return true
+}
+
+// TestEventMessage: events say the phase change and the condition's reason, never the
+// condition's message (target address, error text), which stays in the Mount's status.
+func TestEventMessage(t *testing.T) {
+	m := &v1alpha1.Mount{ObjectMeta: metav1.ObjectMeta{Name: "m", Generation: 1}}
+	m.Status.Phase = v1alpha1.MountPhaseReady
+	unreachable := proxy.ProbeResult{ReachErr: errors.New("the mount's target 127.0.0.1:6443 is unreachable: connection refused")}
+	s := computeStatus(m, unreachable, "https://hub/x", metav1.Now())
+	got := eventMessage(m.Status.Phase, s)
+	if want := "Phase Ready -> Unknown, reason ProbeFailed"; !strings.HasPrefix(got, want) {
+		t.Errorf("event message %q, want it to begin with %q", got, want)
+	}
+	if strings.Contains(got, "127.0.0.1") || strings.Contains(got, "refused") {
+		t.Errorf("event message %q carries the condition's message", got)
+	}
 }

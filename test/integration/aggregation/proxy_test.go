@@ -570,6 +570,19 @@ func TestProxyRotationDeletionAndOutage(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+
+	// Its metric series are gone with it: a server that serves many mounts over time does not
+	// keep series of mounts that no longer exist.
+	eventually(t, "no metric series of the deleted mount", func() error {
+		series, err := framework.MetricSeries(agg.DirectConfig(kube.AdminConfig), `mount="rotating"`)
+		if err != nil {
+			return err
+		}
+		if len(series) > 0 {
+			return fmt.Errorf("%d series of the deleted mount, e.g. %s", len(series), series[0])
+		}
+		return nil
+	})
 }
 
 // TestSecretReferenceNeedsReadAccess: referencing a Secret in a Mount needs "get" on it,

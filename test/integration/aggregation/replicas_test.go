@@ -8,6 +8,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2/ktesting"
 
@@ -77,6 +78,43 @@ func TestStatusReplicas(t *testing.T) {
 		leader, follower = follower, leader
 	}
 	t.Logf("leader wrote %d statuses, follower %d", max(w0, w1), min(w0, w1))
+
+	// A mount used through both replicas and deleted through one: its metric series go on
+	// both, on the other one through its informer.
+	rita := proxyUser(t, "rita")
+	series := func(p *framework.Process) []string {
+		t.Helper()
+		s, err := framework.MetricSeries(client(p), `mount="replica-1"`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	for i, p := range replicas {
+		direct := rest.CopyConfig(rita)
+		direct.Host, direct.CAData = p.URL+proxyPath("replica-1"), p.CAData
+		c, err := kubernetes.NewForConfig(direct)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Discovery().ServerVersion(); err != nil {
+			t.Fatalf("GET /version through replica %d: %v", i, err)
+		}
+		if len(series(p)) == 0 {
+			t.Fatalf("replica %d has no series of the mount it proxied", i)
+		}
+	}
+	if err := mountsClient(t, client(replicas[0])).MountsV1alpha1().Mounts().Delete(context.Background(), "replica-1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range replicas {
+		eventually(t, fmt.Sprintf("no series of the deleted mount on replica %d", i), func() error {
+			if s := series(p); len(s) > 0 {
+				return fmt.Errorf("%d series, e.g. %s", len(s), s[0])
+			}
+			return nil
+		})
+	}
 
 	// The leader dies without releasing its Lease; the follower takes over when it expires.
 	if err := leader.Cmd.Process.Signal(syscall.SIGKILL); err != nil {

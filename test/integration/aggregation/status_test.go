@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -132,6 +133,40 @@ func TestStatusFollowsTheTarget(t *testing.T) {
 	m := waitPhase(t, "status-flaky", v1alpha1.MountPhaseUnknown, time.Minute)
 	if c := condition(m, v1alpha1.ConditionTargetReachable); c.Status != metav1.ConditionFalse || c.Reason != "ProbeFailed" || !strings.Contains(c.Message, "unreachable") {
 		t.Errorf("TargetReachable of a stopped target: %+v", c)
+	}
+
+	// The phase changes are Events in kube-system, not in "default" which many may read (Events
+	// of cluster-scoped objects may be nowhere else); they say the phase and the reason, the
+	// Mount's conditions the details (target address, error text).
+	listEvents := func() []corev1.Event {
+		t.Helper()
+		events, err := kube.Client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Mount,involvedObject.name=status-flaky"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return events.Items
+	}
+	eventually(t, "an event of the change to Unknown", func() error {
+		for _, e := range listEvents() {
+			if e.Reason == string(v1alpha1.MountPhaseUnknown) {
+				return nil
+			}
+		}
+		return fmt.Errorf("none")
+	})
+	for _, e := range listEvents() {
+		if e.Namespace != metav1.NamespaceSystem {
+			t.Errorf("event %q in namespace %q, want %q", e.Message, e.Namespace, metav1.NamespaceSystem)
+		}
+		if strings.Contains(e.Message, addr) || strings.Contains(e.Message, "unreachable") {
+			t.Errorf("event message %q names the target or the error", e.Message)
+		}
+		if e.Reason == string(v1alpha1.MountPhaseUnknown) && !strings.Contains(e.Message, "Ready -> Unknown") {
+			t.Errorf("event message %q does not say the phase change", e.Message)
+		}
+		if !strings.Contains(e.Message, "ProbeFailed") && !strings.Contains(e.Message, "ProbeSucceeded") {
+			t.Errorf("event message %q does not say the condition's reason", e.Message)
+		}
 	}
 
 	restarted, err := framework.StartRecordingServer(addr, target.CA)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"regexp"
 	"strconv"
+	"strings"
 
 	"k8s.io/client-go/rest"
 )
@@ -56,4 +57,29 @@ func Profile(cfg *rest.Config, endpoint, path string) error {
 		return err
 	}
 	return f.Close()
+}
+
+// MetricSeries returns the series (lines of /metrics without comments) that contain substr,
+// e.g. `mount="x"`, scraped from the server cfg points at.
+func MetricSeries(cfg *rest.Config, substr string) ([]string, error) {
+	c, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.Get(cfg.Host + "/metrics")
+	if err != nil {
+		return nil, fmt.Errorf("scraping %s/metrics: %w", cfg.Host, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	var series []string
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(line, "#") && strings.Contains(line, substr) {
+			series = append(series, line)
+		}
+	}
+	return series, nil
 }

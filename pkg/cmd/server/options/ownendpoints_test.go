@@ -74,7 +74,7 @@ func serve(t *testing.T, modify func(*Options)) (*mountapiserver.Config, string,
 // the proxy would; it returns the error that refused it, or fails the test with what answered.
 func throughProxy(t *testing.T, cfg *mountapiserver.Config, name string, target *rest.Config) error {
 	t.Helper()
-	tgt, err := cfg.Extra.Proxier.Transports.Get(types.UID("uid-"+name), "own", proxy.TargetKey{SecretName: name}, func() (*rest.Config, error) { return target, nil })
+	tgt, err := cfg.Extra.Proxier.Transports.Get(context.Background(), types.UID("uid-"+name), proxy.TargetKey{SecretName: name}, func() (*rest.Config, error) { return target, nil })
 	if err != nil {
 		return err
 	}

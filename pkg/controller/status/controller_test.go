@@ -1,0 +1,226 @@
+package status_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
+
+	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
+	"github.com/kcp-dev/mount-apiserver/pkg/cmd/server/options"
+	"github.com/kcp-dev/mount-apiserver/pkg/controller/status"
+	mountsv1alpha1 "github.com/kcp-dev/mount-apiserver/pkg/generated/clientset/versioned/typed/mounts/v1alpha1"
+	informers "github.com/kcp-dev/mount-apiserver/pkg/generated/informers/externalversions"
+	"github.com/kcp-dev/mount-apiserver/pkg/proxy"
+	"github.com/kcp-dev/mount-apiserver/test/integration/framework"
+)
+
+// secretMap is a SecretSource over Secrets held in memory: the controller is under test here,
+// not how Secrets are read from a cluster (test/integration covers that).
+type secretMap map[string]*corev1.Secret
+
+func (s secretMap) GetSecret(_ context.Context, namespace, name string) (*corev1.Secret, error) {
+	if secret, ok := s[namespace+"/"+name]; ok {
+		return secret, nil
+	}
+	return nil, apierrors.NewNotFound(corev1.Resource("secrets"), namespace+"/"+name)
+}
+
+func (s secretMap) add(name string, kubeconfig []byte) {
+	s["targets/"+name] = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "targets", Name: name, ResourceVersion: "1"},
+		Data: map[string][]byte{v1alpha1.SecretKeyKubeconfig: kubeconfig}}
+}
+
+// hungListener accepts TCP connections on 127.0.0.1 and never answers on them, like a target
+// whose process hangs; it closes them all when the test ends. accepted counts them.
+func hungListener(t *testing.T) (addr string, accepted func() int) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return l.Addr().String(), func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(conns)
+	}
+}
+
+func mountOf(name, secret string, connectSeconds int32) *v1alpha1.Mount {
+	m := &v1alpha1.Mount{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       v1alpha1.MountSpec{Type: v1alpha1.MountTypeURL, Ref: v1alpha1.ObjectReference{Namespace: "targets", Name: secret}},
+	}
+	if connectSeconds > 0 {
+		m.Spec.Timeouts = &v1alpha1.MountTimeouts{ConnectSeconds: ptr.To(connectSeconds)}
+	}
+	return m
+}
+
+// TestHungTargetsDoNotStarveHealthyMounts: 24 mounts of targets that accept connections and
+// never answer (with the longest connect timeout a mount may set), more than the controller
+// has workers, do not keep a healthy mount from becoming Ready promptly.
+func TestHungTargetsDoNotStarveHealthyMounts(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	server := framework.StartInProcess(t, "", func(o *options.Options) { o.StatusController = false })
+	mountsClient := server.Client.MountsV1alpha1().Mounts()
+
+	healthy, err := framework.StartRecordingServer("127.0.0.1:0", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer healthy.Close()
+	healthyKubeconfig, err := healthy.Kubeconfig("t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets := secretMap{}
+	secrets.add("healthy", healthyKubeconfig)
+	hung, accepted := hungListener(t)
+	const hungMounts = 24
+	for i := range hungMounts {
+		// One Secret each: no probe is shared, every hung mount costs its own probe.
+		name := fmt.Sprintf("hung-%02d", i)
+		data, err := framework.KubeconfigBytes(&rest.Config{Host: "https://" + hung, BearerToken: "t", TLSClientConfig: rest.TLSClientConfig{CAData: healthy.CA.CertPEM}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		secrets.add(name, data)
+		if _, err := mountsClient.Create(ctx, mountOf(name, name, 300), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A tiny TTL: results reach the mounts that waited for them nonetheless. Probes end after
+	// 2 s, although the hung mounts allow 300 s to connect.
+	proxier := &proxy.Proxier{Secrets: secrets, Transports: proxy.NewTransports(proxy.TransportOptions{}, nil),
+		Probes: &proxy.ProbeCache{TTL: time.Nanosecond, Timeout: 2 * time.Second}}
+	factory := informers.NewSharedInformerFactory(server.Client, 0)
+	ctrl, err := status.New(server.Client, factory.Mounts().V1alpha1().Mounts(), proxier, nil, status.Options{
+		BaseURL: server.URL, Interval: time.Minute, Workers: 16,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	factory.Start(ctx.Done())
+	done := make(chan struct{})
+	go func() { defer close(done); ctrl.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	// Once every worker has had a hung target to probe, a healthy mount comes.
+	for deadline := time.Now().Add(20 * time.Second); accepted() < 16; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the hung targets got %d connections, want 16", accepted())
+		}
+	}
+	start := time.Now()
+	if _, err := mountsClient.Create(ctx, mountOf("ready", "healthy", 0), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	var ready time.Duration
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		m, err := mountsClient.Get(ctx, "ready", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Status.Phase == v1alpha1.MountPhaseReady {
+			ready = time.Since(start)
+			break
+		}
+	}
+	if ready == 0 {
+		t.Fatalf("with %d hung targets, the healthy mount was not Ready within 20 s", hungMounts)
+	}
+	t.Logf("with %d hung targets and 16 workers, the healthy mount was Ready %v after it was created", hungMounts, ready.Round(time.Millisecond))
+	if ready > 3*time.Second {
+		t.Errorf("the healthy mount took %v to become Ready; hung targets starve the workers", ready)
+	}
+
+	// A healthy target slower than the controller's probe wait: the probe goes on without the
+	// worker, and its result makes the mount Ready.
+	slow, err := framework.StartRecordingServer("127.0.0.1:0", healthy.CA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	slow.Handler = func(w http.ResponseWriter, _ *http.Request) {
+		time.Sleep(time.Second)
+		_, _ = w.Write([]byte("ok"))
+	}
+	slowKubeconfig, err := slow.Kubeconfig("t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets.add("slow", slowKubeconfig)
+	start = time.Now()
+	if _, err := mountsClient.Create(ctx, mountOf("slow", "slow", 0), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	m := waitFor(ctx, t, mountsClient, "slow", 20*time.Second, func(m *v1alpha1.Mount) bool { return m.Status.Phase == v1alpha1.MountPhaseReady })
+	t.Logf("a target answering after 1 s: Ready %v after the mount was created", time.Since(start).Round(time.Millisecond))
+	if got := len(slow.Requests()); got > 2 {
+		t.Errorf("the slow target got %d probe requests for one mount", got)
+	}
+
+	// The hung mounts get their verdict once their probes time out.
+	for i := range hungMounts {
+		name := fmt.Sprintf("hung-%02d", i)
+		m = waitFor(ctx, t, mountsClient, name, 20*time.Second, func(m *v1alpha1.Mount) bool { return m.Status.Phase == v1alpha1.MountPhaseConnecting })
+		if c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.ConditionTargetReachable); c == nil || c.Reason != status.ReasonProbeFailed || !strings.Contains(c.Message, "timed out") {
+			t.Errorf("%s: TargetReachable %+v", name, c)
+		}
+	}
+	t.Logf("all %d hung mounts Connecting (probe timed out) %v after the healthy mount was created", hungMounts, time.Since(start).Round(time.Millisecond))
+}
+
+// waitFor polls the mount until ok holds, failing the test after timeout.
+func waitFor(ctx context.Context, t *testing.T, client mountsv1alpha1.MountInterface, name string, timeout time.Duration, ok func(*v1alpha1.Mount) bool) *v1alpha1.Mount {
+	t.Helper()
+	var m *v1alpha1.Mount
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		var err error
+		if m, err = client.Get(ctx, name, metav1.GetOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if ok(m) {
+			return m
+		}
+	}
+	t.Fatalf("mount %s: not as expected after %v; status %+v", name, timeout, m.Status)
+	return nil
+}
