@@ -12,6 +12,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/storage/value"
 	"k8s.io/klog/v2/ktesting"
@@ -172,8 +173,8 @@ func TestExternalEtcd(t *testing.T) {
 	if m.Spec.Ref.Name != "prod-kubeconfig" {
 		t.Errorf("plain JSON Mount read as %+v", m.Spec)
 	}
-	m.Labels = map[string]string{"touched": "true"}
-	if _, err := mounts.Update(ctx, m, metav1.UpdateOptions{}); err != nil {
+	// A patch, as clients write: the status controller may have written the Mount meanwhile.
+	if _, err := mounts.Patch(ctx, "legacy", types.MergePatchType, []byte(`{"metadata":{"labels":{"touched":"true"}}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if raw, err = client.Get(ctx, legacyKey); err != nil || len(raw.Kvs) != 1 || !bytes.HasPrefix(raw.Kvs[0].Value, []byte(storagevalue.Prefix)) {

@@ -12,9 +12,12 @@ import (
 
 // Condition reasons besides the proxy's credential reasons.
 const (
-	ReasonResolved              = "Resolved"
-	ReasonProbeSucceeded        = "ProbeSucceeded"
-	ReasonProbeFailed           = "ProbeFailed"
+	ReasonResolved       = "Resolved"
+	ReasonProbeSucceeded = "ProbeSucceeded"
+	ReasonProbeFailed    = "ProbeFailed"
+	// ReasonTargetLost: the target answered at an earlier probe of this generation and no
+	// longer does.
+	ReasonTargetLost            = "TargetLost"
 	ReasonCredentialsUnresolved = "CredentialsNotResolved"
 )
 
@@ -23,37 +26,57 @@ func ProxyURL(base, name string) string {
 	return base + "/apis/mounts.kcp.io/v1alpha1/mounts/" + name + "/proxy"
 }
 
-// computeStatus derives the status from a probe: Ready when the target answered; otherwise
-// Unknown for a mount that was Ready (or already Unknown), Connecting for one that never was.
+// computeStatus derives the status from a probe and the conditions this controller observed
+// before, never from the phase (which anyone with status rights may have written): Ready when
+// the target answered; Unknown when it answered at an earlier probe of this generation and
+// no longer does (TargetReachable False, reason TargetLost); Connecting otherwise. A mount of
+// a type this server cannot serve gets no URL.
 func computeStatus(m *v1alpha1.Mount, r proxy.ProbeResult, url string, now metav1.Time) v1alpha1.MountStatus {
 	s := m.Status.DeepCopy()
 	s.URL = url
 	s.ObservedGeneration = m.Generation
 	gen := m.Generation
+	wasReachable := false
+	if prev := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.ConditionTargetReachable); prev != nil && prev.ObservedGeneration == gen {
+		wasReachable = prev.Status == metav1.ConditionTrue || prev.Reason == ReasonTargetLost
+	}
 
 	switch {
 	case r.CredentialsErr != nil:
 		reason := credentialsReason(r.CredentialsErr)
+		if reason == proxy.ReasonUnsupportedType {
+			s.URL = ""
+		}
 		setCondition(s, v1alpha1.ConditionCredentialsResolved, metav1.ConditionFalse, reason, r.CredentialsErr.Error(), gen, now)
 		setCondition(s, v1alpha1.ConditionTargetReachable, metav1.ConditionUnknown, ReasonCredentialsUnresolved, "The target is not probed until its credentials resolve.", gen, now)
 		setCondition(s, v1alpha1.ConditionReady, metav1.ConditionFalse, reason, r.CredentialsErr.Error(), gen, now)
 	case r.ReachErr != nil:
+		reason := ReasonProbeFailed
+		if wasReachable {
+			reason = ReasonTargetLost
+		}
 		setCondition(s, v1alpha1.ConditionCredentialsResolved, metav1.ConditionTrue, ReasonResolved, "The kubeconfig of the referenced Secret is usable.", gen, now)
-		setCondition(s, v1alpha1.ConditionTargetReachable, metav1.ConditionFalse, ReasonProbeFailed, r.ReachErr.Error(), gen, now)
-		setCondition(s, v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonProbeFailed, r.ReachErr.Error(), gen, now)
+		setCondition(s, v1alpha1.ConditionTargetReachable, metav1.ConditionFalse, reason, r.ReachErr.Error(), gen, now)
+		setCondition(s, v1alpha1.ConditionReady, metav1.ConditionFalse, reason, r.ReachErr.Error(), gen, now)
 	default:
 		setCondition(s, v1alpha1.ConditionCredentialsResolved, metav1.ConditionTrue, ReasonResolved, "The kubeconfig of the referenced Secret is usable.", gen, now)
 		setCondition(s, v1alpha1.ConditionTargetReachable, metav1.ConditionTrue, ReasonProbeSucceeded, "GET "+r.Path+" answered 200.", gen, now)
 		setCondition(s, v1alpha1.ConditionReady, metav1.ConditionTrue, ReasonProbeSucceeded, "Requests through the mount reach its target.", gen, now)
-		s.Phase = v1alpha1.MountPhaseReady
-		return *s
 	}
-	if m.Status.Phase == v1alpha1.MountPhaseReady || m.Status.Phase == v1alpha1.MountPhaseUnknown {
-		s.Phase = v1alpha1.MountPhaseUnknown
-	} else {
-		s.Phase = v1alpha1.MountPhaseConnecting
-	}
+	s.Phase = phaseOf(s.Conditions)
 	return *s
+}
+
+// phaseOf is the phase the conditions say.
+func phaseOf(conditions []metav1.Condition) v1alpha1.MountPhase {
+	switch reachable := meta.FindStatusCondition(conditions, v1alpha1.ConditionTargetReachable); {
+	case meta.IsStatusConditionTrue(conditions, v1alpha1.ConditionReady):
+		return v1alpha1.MountPhaseReady
+	case reachable != nil && reachable.Status == metav1.ConditionFalse && reachable.Reason == ReasonTargetLost:
+		return v1alpha1.MountPhaseUnknown
+	default:
+		return v1alpha1.MountPhaseConnecting
+	}
 }
 
 // setCondition sets a condition; the transition time changes only with the status, so an

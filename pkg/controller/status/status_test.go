@@ -59,7 +59,7 @@ func TestComputeStatus(t *testing.T) {
 		t.Errorf("Ready mount unreachable: phase %s, want Unknown", s.Phase)
 	}
 	c := meta.FindStatusCondition(s.Conditions, v1alpha1.ConditionTargetReachable)
-	if c.Status != metav1.ConditionFalse || c.Reason != ReasonProbeFailed || c.Message != unreachable.ReachErr.Error() || !c.LastTransitionTime.Equal(&later) {
+	if c.Status != metav1.ConditionFalse || c.Reason != ReasonTargetLost || c.Message != unreachable.ReachErr.Error() || !c.LastTransitionTime.Equal(&later) {
 		t.Errorf("TargetReachable: %+v", c)
 	}
 	m.Status = s
@@ -69,6 +69,43 @@ func TestComputeStatus(t *testing.T) {
 	}
 	if s := computeStatus(m, ok, url, later); s.Phase != v1alpha1.MountPhaseReady {
 		t.Errorf("phase %s, want Ready", s.Phase)
+	}
+	// A new generation is a new target: failing, it is Connecting, not lost.
+	m.Generation++
+	if s := computeStatus(m, unreachable, url, later); s.Phase != v1alpha1.MountPhaseConnecting {
+		t.Errorf("a changed spec failing: phase %s, want Connecting", s.Phase)
+	}
+}
+
+// TestPhaseIsWhatWasObserved: a phase written by hand does not change what the controller
+// computes from its own observations (a status patch to Ready on a mount that never
+// answered used to turn it Unknown at the next failing probe instead of Connecting).
+func TestPhaseIsWhatWasObserved(t *testing.T) {
+	now := metav1.NewTime(time.Unix(1000, 0))
+	unreachable := proxy.ProbeResult{ReachErr: errors.New("the mount's target 127.0.0.1:1 is unreachable")}
+	m := &v1alpha1.Mount{ObjectMeta: metav1.ObjectMeta{Name: "m", Generation: 1}}
+	m.Status = computeStatus(m, unreachable, "https://hub/x", now)
+	if m.Status.Phase != v1alpha1.MountPhaseConnecting {
+		t.Fatalf("never reachable: phase %s", m.Status.Phase)
+	}
+	patched := m.DeepCopy()
+	patched.Status.Phase = v1alpha1.MountPhaseReady
+	if s := computeStatus(patched, unreachable, "https://hub/x", now); s.Phase != m.Status.Phase || !equalStatus(s, m.Status) {
+		t.Errorf("after a hand-written Ready: phase %s, want the %s the conditions say", s.Phase, m.Status.Phase)
+	}
+}
+
+// TestUnsupportedTypeHasNoURL: a mount this server cannot serve gets no status.URL, which
+// could never work, and says why.
+func TestUnsupportedTypeHasNoURL(t *testing.T) {
+	m := &v1alpha1.Mount{ObjectMeta: metav1.ObjectMeta{Name: "ws", Generation: 1}}
+	r := proxy.ProbeResult{CredentialsErr: &proxy.CredentialsError{Reason: proxy.ReasonUnsupportedType, Message: `mount "ws" has type Workspace, which is served only in kcp mode`}}
+	s := computeStatus(m, r, "https://hub/apis/mounts.kcp.io/v1alpha1/mounts/ws/proxy", metav1.Now())
+	if s.URL != "" || s.Phase != v1alpha1.MountPhaseConnecting {
+		t.Errorf("Workspace mount outside kcp: URL %q phase %s, want no URL", s.URL, s.Phase)
+	}
+	if c := meta.FindStatusCondition(s.Conditions, v1alpha1.ConditionReady); c == nil || !strings.Contains(c.Message, "served only in kcp mode") {
+		t.Errorf("Ready condition: %+v", c)
 	}
 }
 
@@ -89,11 +126,11 @@ func equalStatus(a, b v1alpha1.MountStatus) bool {
 // condition's message (target address, error text), which stays in the Mount's status.
 func TestEventMessage(t *testing.T) {
 	m := &v1alpha1.Mount{ObjectMeta: metav1.ObjectMeta{Name: "m", Generation: 1}}
-	m.Status.Phase = v1alpha1.MountPhaseReady
+	m.Status = computeStatus(m, proxy.ProbeResult{Path: "/readyz"}, "https://hub/x", metav1.Now())
 	unreachable := proxy.ProbeResult{ReachErr: errors.New("the mount's target 127.0.0.1:6443 is unreachable: connection refused")}
 	s := computeStatus(m, unreachable, "https://hub/x", metav1.Now())
 	got := eventMessage(m.Status.Phase, s)
-	if want := "Phase Ready -> Unknown, reason ProbeFailed"; !strings.HasPrefix(got, want) {
+	if want := "Phase Ready -> Unknown, reason TargetLost"; !strings.HasPrefix(got, want) {
 		t.Errorf("event message %q, want it to begin with %q", got, want)
 	}
 	if strings.Contains(got, "127.0.0.1") || strings.Contains(got, "refused") {

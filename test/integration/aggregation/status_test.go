@@ -131,7 +131,7 @@ func TestStatusFollowsTheTarget(t *testing.T) {
 
 	target.Close()
 	m := waitPhase(t, "status-flaky", v1alpha1.MountPhaseUnknown, time.Minute)
-	if c := condition(m, v1alpha1.ConditionTargetReachable); c.Status != metav1.ConditionFalse || c.Reason != "ProbeFailed" || !strings.Contains(c.Message, "unreachable") {
+	if c := condition(m, v1alpha1.ConditionTargetReachable); c.Status != metav1.ConditionFalse || c.Reason != "TargetLost" || !strings.Contains(c.Message, "unreachable") {
 		t.Errorf("TargetReachable of a stopped target: %+v", c)
 	}
 
@@ -164,7 +164,7 @@ func TestStatusFollowsTheTarget(t *testing.T) {
 		if e.Reason == string(v1alpha1.MountPhaseUnknown) && !strings.Contains(e.Message, "Ready -> Unknown") {
 			t.Errorf("event message %q does not say the phase change", e.Message)
 		}
-		if !strings.Contains(e.Message, "ProbeFailed") && !strings.Contains(e.Message, "ProbeSucceeded") {
+		if !strings.Contains(e.Message, "TargetLost") && !strings.Contains(e.Message, "ProbeSucceeded") {
 			t.Errorf("event message %q does not say the condition's reason", e.Message)
 		}
 	}
