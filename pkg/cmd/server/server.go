@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/cmd/server/options"
+	"github.com/kcp-dev/mount-apiserver/pkg/version"
 )
 
 // NewCommand returns the mount-apiserver command. It runs until ctx is cancelled.
@@ -59,12 +60,16 @@ func Run(ctx context.Context, o *options.Options) error {
 	if err := completed.Validate(); err != nil {
 		return err
 	}
-	ctx = klog.NewContext(ctx, klog.Background().WithName("mount-apiserver"))
+	logger := klog.Background().WithName("mount-apiserver")
+	ctx = klog.NewContext(ctx, logger)
 
+	info := version.Get()
+	logger.Info("Starting mount-apiserver", "version", info.GitVersion, "rootDirectory", completed.RootDirectory)
 	cfg, err := completed.Config(ctx)
 	if err != nil {
 		return err
 	}
+	cfg.Generic.EffectiveVersion = version.Effective(cfg.Generic.EffectiveVersion)
 	server, err := cfg.Complete().New()
 	if err != nil {
 		cfg.Close()

@@ -197,6 +197,18 @@ func BuildMountAPIServer() (string, error) {
 	return built, buildErr
 }
 
+// BuildBinaryWith builds ./cmd/mount-apiserver with extra go build flags (e.g. -ldflags) into
+// a directory of the test.
+func BuildBinaryWith(t testing.TB, flags ...string) Binary {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "mount-apiserver")
+	args := append(append([]string{"build", "-o", out}, flags...), "github.com/kcp-dev/mount-apiserver/cmd/mount-apiserver")
+	if output, err := exec.Command("go", args...).CombinedOutput(); err != nil {
+		t.Fatalf("go %v: %v\n%s", args, err, output)
+	}
+	return Binary(out)
+}
+
 // Process is a mount-apiserver running as its own process.
 type Process struct {
 	*Server
