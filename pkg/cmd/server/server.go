@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 	cliflag "k8s.io/component-base/cli/flag"
 	"k8s.io/component-base/cli/globalflag"
+	"k8s.io/component-base/logs"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	// --logging-format=json.
 	_ "k8s.io/component-base/logs/json/register"
@@ -44,7 +45,8 @@ With no flags it runs standalone: an embedded etcd and generated certificates un
 	cmd.SetContext(ctx)
 
 	fss := o.Flags()
-	globalflag.AddGlobalFlags(fss.FlagSet("global"), cmd.Name())
+	// The logs flag set has -v and the other logging flags already.
+	globalflag.AddGlobalFlags(fss.FlagSet("global"), cmd.Name(), logs.SkipLoggingConfigurationFlags())
 	for _, fs := range fss.FlagSets {
 		cmd.Flags().AddFlagSet(fs)
 	}

@@ -124,6 +124,8 @@ func NewOptions() *Options {
 	o.SecureServing.BindAddress = netutils.ParseIPSloppy("127.0.0.1")
 	o.SecureServing.BindPort = DefaultSecurePort
 	o.SecureServing.ServerCert.PairName = "serving"
+	// Empty means <root-directory>/pki, known only once flags are parsed.
+	o.SecureServing.ServerCert.CertDirectory = ""
 	// Priority and fairness keeps its configuration in a Kubernetes API, which standalone
 	// mode does not have; max-in-flight limits protect the server instead.
 	o.Features.EnablePriorityAndFairness = false
@@ -168,6 +170,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	o.Authorization.AddFlags(fss.FlagSet("delegated authorization"))
 	componentbaseoptions.BindLeaderElectionFlags(&o.LeaderElection, fss.FlagSet("leader election"))
 	logsapi.AddFlags(o.Logs, fss.FlagSet("logs"))
+	fixHelp(&fss)
 	return fss
 }
 
@@ -200,7 +203,7 @@ func (o *Options) Complete() (CompletedOptions, error) {
 	if err := o.ServerRun.ComponentGlobalsRegistry.Set(); err != nil {
 		return CompletedOptions{}, fmt.Errorf("applying version and feature gate flags: %w", err)
 	}
-	if o.SecureServing.ServerCert.CertDirectory == "" || o.SecureServing.ServerCert.CertDirectory == genericoptions.NewSecureServingOptions().ServerCert.CertDirectory {
+	if o.SecureServing.ServerCert.CertDirectory == "" {
 		o.SecureServing.ServerCert.CertDirectory = filepath.Join(root, pkiDir)
 	}
 	inCluster := o.Kubeconfig == "" && os.Getenv("KUBERNETES_SERVICE_HOST") != "" && os.Getenv("KUBERNETES_SERVICE_PORT") != ""
