@@ -2,7 +2,10 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 	cliflag "k8s.io/component-base/cli/flag"
@@ -15,8 +18,12 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/cmd/server/options"
+	"github.com/kcp-dev/mount-apiserver/pkg/lockfile"
 	"github.com/kcp-dev/mount-apiserver/pkg/version"
 )
+
+// LockFile, below the root directory, is held by the server that uses the directory.
+const LockFile = "mount-apiserver.lock"
 
 // NewCommand returns the mount-apiserver command. It runs until ctx is cancelled.
 func NewCommand(ctx context.Context) *cobra.Command {
@@ -67,6 +74,18 @@ func Run(ctx context.Context, o *options.Options) error {
 	logger := klog.Background().WithName("mount-apiserver")
 	ctx = klog.NewContext(ctx, logger)
 
+	// A second server on the same directory would wait for the first one's etcd database lock
+	// for as long as the first one runs, deaf to signals; it fails at once instead.
+	lock, err := lockRootDirectory(completed.RootDirectory)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := lock.Release(); err != nil {
+			logger.Error(err, "Releasing the root directory lock")
+		}
+	}()
+
 	info := version.Get()
 	logger.Info("Starting mount-apiserver", "version", info.GitVersion, "rootDirectory", completed.RootDirectory)
 	cfg, err := completed.Config(ctx)
@@ -80,4 +99,20 @@ func Run(ctx context.Context, o *options.Options) error {
 		return err
 	}
 	return server.Run(ctx)
+}
+
+// lockRootDirectory creates the root directory and locks it for this process.
+func lockRootDirectory(root string) (*lockfile.Lock, error) {
+	// Only this process may read what the server keeps there (keys, etcd data).
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return nil, fmt.Errorf("creating root directory: %w", err)
+	}
+	lock, err := lockfile.Acquire(filepath.Join(root, LockFile))
+	if errors.Is(err, lockfile.ErrInUse) {
+		return nil, fmt.Errorf("root directory %s in use (%w); stop that mount-apiserver, or choose another --root-directory", root, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("locking root directory %s: %w", root, err)
+	}
+	return lock, nil
 }
