@@ -37,6 +37,11 @@ const (
 	etcdDir             = "etcd"
 )
 
+// DefaultShutdownWatchTerminationGracePeriod bounds how long a stopping server waits for its
+// watches to end; artifacts/apiservice/deployment.yaml's terminationGracePeriodSeconds allows
+// for it.
+const DefaultShutdownWatchTerminationGracePeriod = 5 * time.Second
+
 // Options are the command-line options of mount-apiserver.
 type Options struct {
 	// RootDirectory holds the embedded etcd's data, the generated PKI and the admin kubeconfig.
@@ -129,6 +134,9 @@ func NewOptions() *Options {
 	// Priority and fairness keeps its configuration in a Kubernetes API, which standalone
 	// mode does not have; max-in-flight limits protect the server instead.
 	o.Features.EnablePriorityAndFairness = false
+	// Without a grace period, watches are not ended when the server stops, and each open one
+	// holds the shutdown for --request-timeout (60 s).
+	o.ServerRun.ShutdownWatchTerminationGracePeriod = DefaultShutdownWatchTerminationGracePeriod
 	o.Etcd.StorageConfig.Transport.ServerList = nil
 	return o
 }
