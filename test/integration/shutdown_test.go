@@ -3,9 +3,15 @@ package integration
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -13,9 +19,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
+	"github.com/kcp-dev/mount-apiserver/pkg/cmd/server"
+	"github.com/kcp-dev/mount-apiserver/pkg/lockfile"
 	"github.com/kcp-dev/mount-apiserver/test/integration/framework"
 )
 
@@ -121,4 +130,93 @@ func TestShutdownWithProxiedWatchOpen(t *testing.T) {
 	for events.Scan() {
 	}
 	t.Logf("the proxied watch ended: %v", events.Err())
+}
+
+// TestGoRunStopsOnCtrlC runs the server as the README's first command does and presses
+// Ctrl-C, which signals the terminal's foreground process group: go run and the server it
+// started. The server shuts down cleanly and releases its root directory. (go run itself exits
+// with status 1 after an interrupt, whatever the server's status.)
+func TestGoRunStopsOnCtrlC(t *testing.T) {
+	root := t.TempDir()
+	port, err := framework.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("go", "run", "./cmd/mount-apiserver", "--root-directory", root, "--secure-port", strconv.Itoa(port), "--status-controller=false")
+	cmd.Dir = framework.RepoRoot()
+	// A process group of its own, like a shell's job.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	logPath := filepath.Join(t.TempDir(), "go-run.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close()
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+		}
+		if out, err := os.ReadFile(logPath); err == nil && t.Failed() {
+			t.Logf("go run output:\n%s", out)
+		}
+	})
+
+	// Ready once /readyz answers over TLS verified against the generated CA; go run compiles
+	// first.
+	url := "https://127.0.0.1:" + strconv.Itoa(port) + "/readyz"
+	if err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 5*time.Minute, true, func(context.Context) (bool, error) {
+		select {
+		case err := <-exited:
+			return false, fmt.Errorf("go run exited before the server was ready: %v", err)
+		default:
+		}
+		ca, err := os.ReadFile(filepath.Join(root, "pki", "ca.crt"))
+		if err != nil {
+			return false, nil //nolint:nilerr // not written yet
+		}
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(ca)
+		client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+		resp, err := client.Get(url)
+		if err != nil {
+			return false, nil //nolint:nilerr // not listening yet
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	start := time.Now()
+	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+	case <-time.After(shutdownBound):
+		t.Fatalf("go run did not exit within %v of Ctrl-C", shutdownBound)
+	}
+	// The server, go run's child, is gone once its lock is free.
+	var lock *lockfile.Lock
+	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, shutdownBound, true, func(context.Context) (bool, error) {
+		lock, err = lockfile.Acquire(filepath.Join(root, server.LockFile))
+		return err == nil, nil
+	}); err != nil {
+		t.Fatalf("the server still runs %v after Ctrl-C: %v", shutdownBound, err)
+	}
+	t.Logf("Ctrl-C to the server's exit: %v", time.Since(start).Round(time.Millisecond))
+	if err := lock.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := os.ReadFile(logPath); !strings.Contains(string(out), `"Server stopped"`) {
+		t.Errorf("the server did not shut down cleanly:\n%s", out)
+	}
 }
