@@ -80,6 +80,7 @@ func (c *Config) Close() {
 
 // New builds the server and installs the mounts.kcp.io API group.
 func (c CompletedConfig) New() (*Server, error) {
+	c.Generic.BuildHandlerChainFunc = checkCABundleEncoding(endLongRunningOnDrain(c.Generic.BuildHandlerChainFunc))
 	generic, err := c.Generic.New("mount-apiserver", genericapiserver.NewEmptyDelegate())
 	if err != nil {
 		return nil, fmt.Errorf("creating generic apiserver: %w", err)

@@ -21,7 +21,9 @@ type Options struct {
 	StartTimeout time.Duration
 	// QuotaBackendBytes is etcd's backend size limit; 0 takes etcd's default (2 GiB).
 	QuotaBackendBytes int64
-	// LogLevel is etcd's own log level (debug, info, warn, error).
+	// LogLevel is the least level of etcd's own logs (debug, info, warn, error) that is
+	// logged; empty leaves it to the logger's verbosity: etcd's warnings at V(0), its infos at
+	// V(3), its debug messages at V(5).
 	LogLevel string
 }
 
@@ -72,20 +74,14 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	cfg.SnapshotCount = 2000
 	cfg.SnapshotCatchUpEntries = 500
 	if opts.LogLevel == "" {
-		opts.LogLevel = "warn"
+		// The server's -v decides (see newZapLogger).
+		opts.LogLevel = "debug"
 	}
 	level, err := zap.ParseAtomicLevel(opts.LogLevel)
 	if err != nil {
 		return nil, fmt.Errorf("embedded etcd log level %q: %w", opts.LogLevel, err)
 	}
-	zapConfig := zap.NewProductionConfig()
-	zapConfig.Level = level
-	zapConfig.Sampling = nil
-	zapLogger, err := zapConfig.Build()
-	if err != nil {
-		return nil, fmt.Errorf("creating embedded etcd logger: %w", err)
-	}
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zapLogger)
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(newZapLogger(logger, level))
 
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {

@@ -2,17 +2,28 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 	cliflag "k8s.io/component-base/cli/flag"
 	"k8s.io/component-base/cli/globalflag"
+	"k8s.io/component-base/logs"
 	logsapi "k8s.io/component-base/logs/api/v1"
+	// --logging-format=json.
+	_ "k8s.io/component-base/logs/json/register"
 	"k8s.io/component-base/term"
 	"k8s.io/klog/v2"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/cmd/server/options"
+	"github.com/kcp-dev/mount-apiserver/pkg/lockfile"
+	"github.com/kcp-dev/mount-apiserver/pkg/version"
 )
+
+// LockFile, below the root directory, is held by the server that uses the directory.
+const LockFile = "mount-apiserver.lock"
 
 // NewCommand returns the mount-apiserver command. It runs until ctx is cancelled.
 func NewCommand(ctx context.Context) *cobra.Command {
@@ -42,7 +53,8 @@ With no flags it runs standalone: an embedded etcd and generated certificates un
 	cmd.AddCommand(newKubeconfigCommand())
 
 	fss := o.Flags()
-	globalflag.AddGlobalFlags(fss.FlagSet("global"), cmd.Name())
+	// The logs flag set has -v and the other logging flags already.
+	globalflag.AddGlobalFlags(fss.FlagSet("global"), cmd.Name(), logs.SkipLoggingConfigurationFlags())
 	for _, fs := range fss.FlagSets {
 		cmd.Flags().AddFlagSet(fs)
 	}
@@ -60,16 +72,48 @@ func Run(ctx context.Context, o *options.Options) error {
 	if err := completed.Validate(); err != nil {
 		return err
 	}
-	ctx = klog.NewContext(ctx, klog.Background().WithName("mount-apiserver"))
+	logger := klog.Background().WithName("mount-apiserver")
+	ctx = klog.NewContext(ctx, logger)
 
+	// A second server on the same directory would wait for the first one's etcd database lock
+	// for as long as the first one runs, deaf to signals; it fails at once instead.
+	lock, err := lockRootDirectory(completed.RootDirectory)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := lock.Release(); err != nil {
+			logger.Error(err, "Releasing the root directory lock")
+		}
+	}()
+
+	info := version.Get()
+	logger.Info("Starting mount-apiserver", "version", info.GitVersion, "rootDirectory", completed.RootDirectory)
 	cfg, err := completed.Config(ctx)
 	if err != nil {
 		return err
 	}
+	cfg.Generic.EffectiveVersion = version.Effective(cfg.Generic.EffectiveVersion)
 	server, err := cfg.Complete().New()
 	if err != nil {
 		cfg.Close()
 		return err
 	}
 	return server.Run(ctx)
+}
+
+// lockRootDirectory creates the root directory and locks it for this process.
+func lockRootDirectory(root string) (*lockfile.Lock, error) {
+	// Only this process may read what the server keeps there (keys, etcd data).
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return nil, fmt.Errorf("creating root directory: %w", err)
+	}
+	lock, err := lockfile.Acquire(filepath.Join(root, LockFile))
+	if errors.Is(err, lockfile.ErrInUse) {
+		return nil, fmt.Errorf("root directory %s in use (%w); stop that mount-apiserver, or choose another --root-directory", root, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("locking root directory %s: %w", root, err)
+	}
+	return lock, nil
 }

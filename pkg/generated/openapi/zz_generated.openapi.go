@@ -548,7 +548,7 @@ func schema_pkg_apis_mounts_v1alpha1_MountSpec(ref common.ReferenceCallback) com
 					},
 					"caBundle": {
 						SchemaProps: spec.SchemaProps{
-							Description: "caBundle is a PEM bundle of CA certificates that replaces the one in the kubeconfig for verifying the target's serving certificate. Only for type URL. TLS verification is never turned off.",
+							Description: "caBundle is a PEM bundle of CA certificates that replaces the one in the kubeconfig for verifying the target's serving certificate. Only for type URL. TLS verification is never turned off. In YAML and JSON it is base64 of the PEM text, like a Secret's data (e.g. the output of `base64 -w0 ca.crt`), not the PEM text itself.",
 							Type:        []string{"string"},
 							Format:      "byte",
 						},

@@ -22,6 +22,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 
@@ -87,6 +88,24 @@ func bind(t *testing.T, userName, clusterRole string) {
 	if _, err := kube.Client.RbacV1().ClusterRoleBindings().Create(context.Background(), crb, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// The servers outlive the test; the next run of it (go test -count=2) starts unbound.
+	t.Cleanup(func() {
+		_ = kube.Client.RbacV1().ClusterRoleBindings().Delete(context.Background(), crb.Name, metav1.DeleteOptions{})
+	})
+}
+
+// deleteMountsAtEnd deletes Mounts of the shared server when the test ends, so that its next
+// run in this process (go test -count=2) can create them again.
+func deleteMountsAtEnd(t *testing.T, names ...string) {
+	t.Helper()
+	mounts := mountsClient(t, kube.AdminConfig).MountsV1alpha1().Mounts()
+	t.Cleanup(func() {
+		for _, name := range names {
+			if err := mounts.Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				t.Errorf("deleting mount %s: %v", name, err)
+			}
+		}
+	})
 }
 
 // eventually polls f for up to 30 s: RBAC changes reach the kube-apiserver's authorizer and
@@ -143,8 +162,9 @@ func TestKubectlThroughTheHost(t *testing.T) {
 	host := mountsClient(t, kube.AdminConfig).MountsV1alpha1().Mounts()
 	// kubectl --watch-only establishes its watch asynchronously: create until it reports one.
 	eventually(t, "kubectl watch through the host", func() error {
-		name := fmt.Sprintf("watched-%d", time.Now().UnixNano())
-		if _, err := host.Create(ctx, mount(name), metav1.CreateOptions{}); err != nil {
+		m := mount(fmt.Sprintf("watched-%d", time.Now().UnixNano()))
+		m.Labels = map[string]string{"test": "kubectl-through-the-host"}
+		if _, err := host.Create(ctx, m, metav1.CreateOptions{}); err != nil {
 			return err
 		}
 		select {
@@ -175,7 +195,9 @@ func TestKubectlThroughTheHost(t *testing.T) {
 		t.Errorf("label selector after patch: %q", out)
 	}
 	mustKubectl(t, "delete", "mount", "prod")
-	if err := host.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+	// Only this test's: the mounts of other tests (setupProxy's "remote", made once per
+	// process) must survive the next run (go test -count=2).
+	if err := host.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: "test=kubectl-through-the-host"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := host.Get(ctx, "prod", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
@@ -186,6 +208,7 @@ func TestKubectlThroughTheHost(t *testing.T) {
 func TestRBACThroughTheAggregatedRoles(t *testing.T) {
 	ctx := context.Background()
 	bob := mountsClient(t, user(t, "bob")).MountsV1alpha1().Mounts()
+	deleteMountsAtEnd(t, "bob-1")
 
 	if _, err := bob.List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 		t.Fatalf("bob without roles lists mounts: %v", err)
@@ -245,8 +268,11 @@ func TestRealUserReachesMountAPIServer(t *testing.T) {
 	ctx := context.Background()
 	bind(t, "alice", "mounts-edit")
 	alice := mountsClient(t, user(t, "alice", "team-a")).MountsV1alpha1().Mounts()
+	// A name of this run: the audit log holds the events of earlier ones.
+	name := "alice-mount-" + rand.String(5)
+	deleteMountsAtEnd(t, name)
 	eventually(t, "alice creates", func() error {
-		_, err := alice.Create(ctx, mount("alice-mount"), metav1.CreateOptions{})
+		_, err := alice.Create(ctx, mount(name), metav1.CreateOptions{})
 		return err
 	})
 
@@ -273,7 +299,7 @@ func TestRealUserReachesMountAPIServer(t *testing.T) {
 					Code int `json:"code"`
 				} `json:"responseStatus"`
 			}
-			if json.Unmarshal(s.Bytes(), &ev) != nil || ev.Verb != "create" || ev.ObjectRef.Name != "alice-mount" || ev.Stage != "ResponseComplete" || ev.ResponseStatus.Code != http.StatusCreated {
+			if json.Unmarshal(s.Bytes(), &ev) != nil || ev.Verb != "create" || ev.ObjectRef.Name != name || ev.Stage != "ResponseComplete" || ev.ResponseStatus.Code != http.StatusCreated {
 				continue
 			}
 			if ev.User.Username != "alice" || !contains(ev.User.Groups, "team-a") {
@@ -408,6 +434,7 @@ func TestAPIServiceTrustsThePublishedCA(t *testing.T) {
 func TestRestartWhileRegistered(t *testing.T) {
 	ctx := context.Background()
 	host := mountsClient(t, kube.AdminConfig).MountsV1alpha1().Mounts()
+	deleteMountsAtEnd(t, "survivor")
 	if _, err := host.Create(ctx, mount("survivor"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

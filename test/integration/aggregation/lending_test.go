@@ -34,6 +34,10 @@ func allowSecretRead(t *testing.T, userName, secret string) {
 	}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		_ = kube.Client.RbacV1().RoleBindings(secretsNamespace).Delete(context.Background(), name, metav1.DeleteOptions{})
+		_ = kube.Client.RbacV1().Roles(secretsNamespace).Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
 }
 
 // TestEditorsCannotChangeWhatAMountLends plays a tenant with mounts-edit and every verb on

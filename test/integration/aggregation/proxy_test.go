@@ -19,6 +19,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
@@ -130,6 +131,9 @@ func remoteBind(t *testing.T, userName, role string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		_ = remote.Client.RbacV1().ClusterRoleBindings().Delete(context.Background(), userName+"-"+role, metav1.DeleteOptions{})
+	})
 }
 
 func proxyPath(mount string) string { return "/apis/mounts.kcp.io/v1alpha1/mounts/" + mount + "/proxy" }
@@ -146,6 +150,9 @@ func TestProxyKubectlAndClients(t *testing.T) {
 	ctx := context.Background()
 	carol := proxyUser(t, "carol")
 	remoteBind(t, "carol", "cluster-admin")
+	// A namespace of this run: without a namespace controller on the remote, a deleted one
+	// would stay Terminating.
+	ns := "through-proxy-" + rand.String(5)
 
 	kubeconfig, err := kube.WriteKubeconfig(carol, "carol")
 	if err != nil {
@@ -163,35 +170,35 @@ func TestProxyKubectlAndClients(t *testing.T) {
 	if out := run("get", "namespaces", "-o", "name"); !strings.Contains(out, "namespace/kube-system") {
 		t.Errorf("namespaces of the remote:\n%s", out)
 	}
-	run("create", "namespace", "through-proxy")
-	if _, err := remote.Client.CoreV1().Namespaces().Get(ctx, "through-proxy", metav1.GetOptions{}); err != nil {
+	run("create", "namespace", ns)
+	if _, err := remote.Client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err != nil {
 		t.Errorf("namespace created through the proxy is not on the remote: %v", err)
 	}
-	if _, err := kube.Client.CoreV1().Namespaces().Get(ctx, "through-proxy", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	if _, err := kube.Client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("namespace created through the proxy landed on the host: %v", err)
 	}
 	cm := filepath.Join(t.TempDir(), "cm.yaml")
-	if err := os.WriteFile(cm, []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: applied, namespace: through-proxy}\ndata: {a: b}\n"), 0o600); err != nil {
+	if err := os.WriteFile(cm, []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: applied, namespace: "+ns+"}\ndata: {a: b}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	run("apply", "-f", cm)
 	run("apply", "--server-side", "-f", cm)
-	if out := run("get", "configmap", "applied", "-n", "through-proxy", "-o", "jsonpath={.data.a}"); out != "b" {
+	if out := run("get", "configmap", "applied", "-n", ns, "-o", "jsonpath={.data.a}"); out != "b" {
 		t.Errorf("configmap through the proxy: %q", out)
 	}
-	run("delete", "configmap", "applied", "-n", "through-proxy")
+	run("delete", "configmap", "applied", "-n", ns)
 
 	// A watch through the proxy sees a change made on the remote directly.
 	client, err := kubernetes.NewForConfig(throughProxy(carol, "remote"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := client.CoreV1().ConfigMaps("through-proxy").Watch(ctx, metav1.ListOptions{})
+	w, err := client.CoreV1().ConfigMaps(ns).Watch(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	if _, err := remote.Client.CoreV1().ConfigMaps("through-proxy").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "watched"}}, metav1.CreateOptions{}); err != nil {
+	if _, err := remote.Client.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "watched"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -205,8 +212,8 @@ func TestProxyKubectlAndClients(t *testing.T) {
 
 	// get --raw, through the host aggregator and directly at mount-apiserver.
 	for name, cfgFile := range map[string]string{"host": kubeconfig, "direct": directKubeconfig(t, carol, "carol-direct")} {
-		out, err := kubectl(t, cfgFile, "get", "--raw", proxyPath("remote")+"/api/v1/namespaces/through-proxy")
-		if err != nil || !strings.Contains(out, `"name":"through-proxy"`) {
+		out, err := kubectl(t, cfgFile, "get", "--raw", proxyPath("remote")+"/api/v1/namespaces/"+ns)
+		if err != nil || !strings.Contains(out, `"name":"`+ns+`"`) {
 			t.Errorf("get --raw %s: %v\n%s", name, err, out)
 		}
 	}
@@ -263,6 +270,9 @@ func TestProxyImpersonatesTheCaller(t *testing.T) {
 // recording target: only the mount's token and the impersonation of the real caller arrive.
 func TestProxyHeaders(t *testing.T) {
 	setupProxy(t)
+	// Names of this run: the proxy's metrics count by mount as long as the server runs.
+	suffix := rand.String(5)
+	name, tokenCaller := "recording-"+suffix, "token-caller-"+suffix
 	target, err := framework.StartRecordingServer("127.0.0.1:0", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -272,9 +282,10 @@ func TestProxyHeaders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	setSecretData(t, "recording", data)
-	m := urlMountOf("recording", "recording")
+	setSecretData(t, name, data)
+	m := urlMountOf(name, name)
 	m.Spec.Identity.UserPrefix = "hub:"
+	deleteMountsAtEnd(t, name)
 	if _, err := mountsClient(t, kube.AdminConfig).MountsV1alpha1().Mounts().Create(context.Background(), m, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -286,7 +297,7 @@ func TestProxyHeaders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, err := http.NewRequest(http.MethodGet, direct.Host+proxyPath("recording")+"/api/v1/namespaces?limit=5", nil)
+	req, err := http.NewRequest(http.MethodGet, direct.Host+proxyPath(name)+"/api/v1/namespaces?limit=5", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -327,7 +338,7 @@ func TestProxyHeaders(t *testing.T) {
 	}
 
 	// OPTIONS is authorized as get and forwarded.
-	optionsReq, err := http.NewRequest(http.MethodOptions, direct.Host+proxyPath("recording")+"/api", nil)
+	optionsReq, err := http.NewRequest(http.MethodOptions, direct.Host+proxyPath(name)+"/api", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -343,23 +354,27 @@ func TestProxyHeaders(t *testing.T) {
 	// A caller authenticating with its own bearer token (a service account of the host): the
 	// token stays here; the target sees the mount's token and the caller impersonated.
 	ctx := context.Background()
-	if _, err := kube.Client.CoreV1().ServiceAccounts(secretsNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "token-caller"}}, metav1.CreateOptions{}); err != nil {
+	if _, err := kube.Client.CoreV1().ServiceAccounts(secretsNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: tokenCaller}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := kube.Client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "token-caller-mounts-proxy"},
+		ObjectMeta: metav1.ObjectMeta{Name: tokenCaller + "-mounts-proxy"},
 		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "mounts-proxy"},
-		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: secretsNamespace, Name: "token-caller"}},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: secretsNamespace, Name: tokenCaller}},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	tr, err := kube.Client.CoreV1().ServiceAccounts(secretsNamespace).CreateToken(ctx, "token-caller", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	t.Cleanup(func() {
+		_ = kube.Client.RbacV1().ClusterRoleBindings().Delete(context.Background(), tokenCaller+"-mounts-proxy", metav1.DeleteOptions{})
+		_ = kube.Client.CoreV1().ServiceAccounts(secretsNamespace).Delete(context.Background(), tokenCaller, metav1.DeleteOptions{})
+	})
+	tr, err := kube.Client.CoreV1().ServiceAccounts(secretsNamespace).CreateToken(ctx, tokenCaller, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	tokenClient := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: certPool(agg.Mount.CAData)}}}
 	eventually(t, "the service account proxies with its token", func() error {
-		req, err := http.NewRequest(http.MethodGet, agg.Mount.URL+proxyPath("recording")+"/api/v1/pods", nil)
+		req, err := http.NewRequest(http.MethodGet, agg.Mount.URL+proxyPath(name)+"/api/v1/pods", nil)
 		if err != nil {
 			return err
 		}
@@ -380,7 +395,7 @@ func TestProxyHeaders(t *testing.T) {
 	if a := got.Header.Get("Authorization"); a != "Bearer mount-token" {
 		t.Errorf("the caller's token reached the target: Authorization %q", a)
 	}
-	if u := got.Header.Get("Impersonate-User"); u != "hub:system:serviceaccount:clusters:token-caller" {
+	if u := got.Header.Get("Impersonate-User"); u != "hub:system:serviceaccount:"+secretsNamespace+":"+tokenCaller {
 		t.Errorf("Impersonate-User = %q", u)
 	}
 
@@ -397,12 +412,12 @@ func TestProxyHeaders(t *testing.T) {
 	metrics, _ := io.ReadAll(mresp.Body)
 	mresp.Body.Close()
 	for _, want := range []string{
-		`mount_proxy_requests_total{code="200",mount="recording",verb="GET"}`,
-		`mount_proxy_requests_total{code="200",mount="recording",verb="OPTIONS"} 1`,
-		`mount_proxy_upstream_connections_total{mount="recording"}`,
-		`mount_proxy_request_duration_seconds_count{mount="recording",verb="GET"}`,
-		`mount_proxy_response_bytes_total{mount="recording"}`,
-		`mount_proxy_inflight_requests{mount="recording"} 0`,
+		`mount_proxy_requests_total{code="200",mount="` + name + `",verb="GET"}`,
+		`mount_proxy_requests_total{code="200",mount="` + name + `",verb="OPTIONS"} 1`,
+		`mount_proxy_upstream_connections_total{mount="` + name + `"}`,
+		`mount_proxy_request_duration_seconds_count{mount="` + name + `",verb="GET"}`,
+		`mount_proxy_response_bytes_total{mount="` + name + `"}`,
+		`mount_proxy_inflight_requests{mount="` + name + `"} 0`,
 	} {
 		if !strings.Contains(string(metrics), want) {
 			t.Errorf("/metrics lacks %s", want)
@@ -489,6 +504,7 @@ func TestProxyRotationDeletionAndOutage(t *testing.T) {
 	setSecretData(t, "rotating", data)
 	m := urlMountOf("rotating", "rotating")
 	m.Spec.Timeouts = &v1alpha1.MountTimeouts{ConnectSeconds: ptr.To[int32](2)}
+	deleteMountsAtEnd(t, "rotating")
 	if _, err := mountsClient(t, kube.AdminConfig).MountsV1alpha1().Mounts().Create(ctx, m, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -592,6 +608,7 @@ func TestSecretReferenceNeedsReadAccess(t *testing.T) {
 	ctx := context.Background()
 	bind(t, "henry", "mounts-edit")
 	henry := mountsClient(t, user(t, "henry")).MountsV1alpha1().Mounts()
+	deleteMountsAtEnd(t, "henrys")
 
 	var err error
 	eventually(t, "henry is refused for the Secret, not for mounts", func() error {
@@ -602,21 +619,7 @@ func TestSecretReferenceNeedsReadAccess(t *testing.T) {
 		return fmt.Errorf("got %v", err)
 	})
 
-	_, err = kube.Client.RbacV1().Roles(secretsNamespace).Create(ctx, &rbacv1.Role{
-		ObjectMeta: metav1.ObjectMeta{Name: "henry-reads-remote"},
-		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"remote-kubeconfig"}, Verbs: []string{"get"}}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = kube.Client.RbacV1().RoleBindings(secretsNamespace).Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "henry-reads-remote"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "henry-reads-remote"},
-		Subjects:   []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: "henry"}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	allowSecretRead(t, "henry", "remote-kubeconfig")
 	eventually(t, "henry creates once he may read the Secret", func() error {
 		_, err := henry.Create(ctx, urlMountOf("henrys", "remote-kubeconfig"), metav1.CreateOptions{})
 		return err
@@ -679,6 +682,7 @@ func TestProxyTimeouts(t *testing.T) {
 	setSecretData(t, "slow", data)
 	m := urlMountOf("slow", "slow")
 	m.Spec.Timeouts = &v1alpha1.MountTimeouts{RequestSeconds: ptr.To[int32](2)}
+	deleteMountsAtEnd(t, "slow")
 	if _, err := mountsClient(t, kube.AdminConfig).MountsV1alpha1().Mounts().Create(ctx, m, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -51,6 +51,7 @@ func TestStatusOfARealTarget(t *testing.T) {
 	}
 	defer w.Stop()
 	// Labels and annotations survive the controller's status writes (its informer drops them).
+	deleteMountsAtEnd(t, "status-remote")
 	created := urlMountOf("status-remote", "remote-kubeconfig")
 	created.Labels = map[string]string{"env": "prod"}
 	created.Annotations = map[string]string{"team": "platform"}
@@ -124,6 +125,7 @@ func TestStatusFollowsTheTarget(t *testing.T) {
 	}
 	setSecretData(t, "status-flaky", data)
 	mounts := mountsClient(t, kube.AdminConfig).MountsV1alpha1().Mounts()
+	deleteMountsAtEnd(t, "status-flaky", "status-fixed")
 	if _, err := mounts.Create(ctx, urlMountOf("status-flaky", "status-flaky"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

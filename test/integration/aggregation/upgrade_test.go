@@ -16,8 +16,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 
 	"github.com/kcp-dev/mount-apiserver/test/integration/framework"
 )
@@ -33,12 +35,17 @@ func TestProxyUpgrades(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(kubelet.Stop)
-	if _, err := remote.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "upgrades"}}, metav1.CreateOptions{}); err != nil {
+	// The namespace stays for later runs in this process (go test -count=2): no namespace
+	// controller runs to delete it. The pod goes at once, with no kubelet to wait for.
+	if _, err := remote.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "upgrades"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 	if err := kubelet.CreatePod(ctx, "upgrades", "pod"); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		_ = remote.Client.CoreV1().Pods("upgrades").Delete(context.Background(), "pod", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+	})
 	remoteBind(t, "jack", "cluster-admin")
 	kubeconfig, err := kube.WriteKubeconfig(proxyUser(t, "jack"), "jack")
 	if err != nil {
@@ -136,6 +143,9 @@ func TestProxyUpgrades(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() {
+			_ = kube.Client.RbacV1().ClusterRoles().Delete(context.Background(), "mounts-proxy-get", metav1.DeleteOptions{})
+		})
 		bind(t, "kate", "mounts-proxy-get")
 		remoteBind(t, "kate", "cluster-admin")
 		kateConfig, err := kube.WriteKubeconfig(user(t, "kate"), "kate")

@@ -197,11 +197,25 @@ func BuildMountAPIServer() (string, error) {
 	return built, buildErr
 }
 
+// BuildBinaryWith builds ./cmd/mount-apiserver with extra go build flags (e.g. -ldflags) into
+// a directory of the test.
+func BuildBinaryWith(t testing.TB, flags ...string) Binary {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "mount-apiserver")
+	args := append(append([]string{"build", "-o", out}, flags...), "github.com/kcp-dev/mount-apiserver/cmd/mount-apiserver")
+	if output, err := exec.Command("go", args...).CombinedOutput(); err != nil {
+		t.Fatalf("go %v: %v\n%s", args, err, output)
+	}
+	return Binary(out)
+}
+
 // Process is a mount-apiserver running as its own process.
 type Process struct {
 	*Server
-	Cmd  *exec.Cmd
-	exit *exitStatus
+	Cmd *exec.Cmd
+	// LogPath holds the process's standard output and error.
+	LogPath string
+	exit    *exitStatus
 }
 
 // Start runs the binary with a root directory on a free loopback port and waits until ready.
@@ -236,7 +250,7 @@ func (b Binary) Start(t testing.TB, rootDir string, args ...string) *Process {
 			}
 		}
 	})
-	p := &Process{Cmd: cmd, exit: exit, Server: &Server{RootDir: rootDir, URL: "https://127.0.0.1:" + strconv.Itoa(port)}}
+	p := &Process{Cmd: cmd, LogPath: logFile.Name(), exit: exit, Server: &Server{RootDir: rootDir, URL: "https://127.0.0.1:" + strconv.Itoa(port)}}
 	p.stop = func() error { _ = cmd.Process.Signal(os.Interrupt); <-exit.done; return exit.err }
 	// A kubeconfig left by an earlier run names an old port; remove it so readiness loads
 	// this run's.

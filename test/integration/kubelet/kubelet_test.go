@@ -20,8 +20,10 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	"github.com/kcp-dev/mount-apiserver/test/integration/framework"
 )
@@ -307,6 +309,11 @@ func TestStop(t *testing.T) {
 	if err := kl.CreatePod(ctx, namespace, "stop-me"); err != nil {
 		t.Fatal(err)
 	}
+	// Gone at once (no kubelet waits for it), so that the next run in this process
+	// (go test -count=2) can create it again.
+	t.Cleanup(func() {
+		_ = kube.Client.CoreV1().Pods(namespace).Delete(context.Background(), "stop-me", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+	})
 	marker := filepath.Join(t.TempDir(), "started")
 	execCmd := kubectlCmd(ctx, "exec", "stop-me", "--", "sh", "-c", "touch "+marker+"; exec sleep 120")
 	if err := execCmd.Start(); err != nil {

@@ -104,7 +104,8 @@ type MountSpec struct {
 
 	// caBundle is a PEM bundle of CA certificates that replaces the one in the kubeconfig for
 	// verifying the target's serving certificate. Only for type URL. TLS verification is never
-	// turned off.
+	// turned off. In YAML and JSON it is base64 of the PEM text, like a Secret's data (e.g. the
+	// output of `base64 -w0 ca.crt`), not the PEM text itself.
 	// +optional
 	CABundle []byte `json:"caBundle,omitempty"`
 

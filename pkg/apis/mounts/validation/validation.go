@@ -115,14 +115,16 @@ func validateRef(t mounts.MountType, ref *mounts.ObjectReference, fldPath *field
 		return nil
 	}
 
-	if ref.Kind == "" {
+	// The apiVersion is judged only with the right kind: it defaults from the kind, so after a
+	// wrong kind it is missing (or belongs to that kind), and one mistake would show as two.
+	switch {
+	case ref.Kind == "":
 		allErrs = append(allErrs, field.Required(fldPath.Child("kind"), fmt.Sprintf("must be %q for type %s", wantKind, t)))
-	} else if ref.Kind != wantKind {
+	case ref.Kind != wantKind:
 		allErrs = append(allErrs, field.NotSupported(fldPath.Child("kind"), ref.Kind, []string{wantKind}))
-	}
-	if ref.APIVersion == "" {
+	case ref.APIVersion == "":
 		allErrs = append(allErrs, field.Required(fldPath.Child("apiVersion"), fmt.Sprintf("must be %q for type %s", wantAPIVersion, t)))
-	} else if ref.APIVersion != wantAPIVersion {
+	case ref.APIVersion != wantAPIVersion:
 		allErrs = append(allErrs, field.NotSupported(fldPath.Child("apiVersion"), ref.APIVersion, []string{wantAPIVersion}))
 	}
 

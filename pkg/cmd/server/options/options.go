@@ -38,6 +38,11 @@ const (
 	etcdDir             = "etcd"
 )
 
+// DefaultShutdownWatchTerminationGracePeriod bounds how long a stopping server waits for its
+// watches to end; artifacts/apiservice/deployment.yaml's terminationGracePeriodSeconds allows
+// for it.
+const DefaultShutdownWatchTerminationGracePeriod = 5 * time.Second
+
 // Options are the command-line options of mount-apiserver.
 type Options struct {
 	// RootDirectory holds the embedded etcd's data, the generated PKI and the admin kubeconfig.
@@ -135,9 +140,14 @@ func NewOptions() *Options {
 	o.SecureServing.BindAddress = netutils.ParseIPSloppy("127.0.0.1")
 	o.SecureServing.BindPort = DefaultSecurePort
 	o.SecureServing.ServerCert.PairName = "serving"
+	// Empty means <root-directory>/pki, known only once flags are parsed.
+	o.SecureServing.ServerCert.CertDirectory = ""
 	// Priority and fairness keeps its configuration in a Kubernetes API, which standalone
 	// mode does not have; max-in-flight limits protect the server instead.
 	o.Features.EnablePriorityAndFairness = false
+	// Without a grace period, watches are not ended when the server stops, and each open one
+	// holds the shutdown for --request-timeout (60 s).
+	o.ServerRun.ShutdownWatchTerminationGracePeriod = DefaultShutdownWatchTerminationGracePeriod
 	o.Etcd.StorageConfig.Transport.ServerList = nil
 	return o
 }
@@ -187,6 +197,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	o.Authorization.AddFlags(fss.FlagSet("delegated authorization"))
 	componentbaseoptions.BindLeaderElectionFlags(&o.LeaderElection, fss.FlagSet("leader election"))
 	logsapi.AddFlags(o.Logs, fss.FlagSet("logs"))
+	fixHelp(&fss)
 	return fss
 }
 
@@ -219,7 +230,7 @@ func (o *Options) Complete() (CompletedOptions, error) {
 	if err := o.ServerRun.ComponentGlobalsRegistry.Set(); err != nil {
 		return CompletedOptions{}, fmt.Errorf("applying version and feature gate flags: %w", err)
 	}
-	if o.SecureServing.ServerCert.CertDirectory == "" || o.SecureServing.ServerCert.CertDirectory == genericoptions.NewSecureServingOptions().ServerCert.CertDirectory {
+	if o.SecureServing.ServerCert.CertDirectory == "" {
 		o.SecureServing.ServerCert.CertDirectory = filepath.Join(root, pkiDir)
 	}
 	inCluster := o.Kubeconfig == "" && os.Getenv("KUBERNETES_SERVICE_HOST") != "" && os.Getenv("KUBERNETES_SERVICE_PORT") != ""

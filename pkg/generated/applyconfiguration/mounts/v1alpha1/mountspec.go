@@ -41,7 +41,8 @@ type MountSpecApplyConfiguration struct {
 	Identity *MountIdentityApplyConfiguration `json:"identity,omitempty"`
 	// caBundle is a PEM bundle of CA certificates that replaces the one in the kubeconfig for
 	// verifying the target's serving certificate. Only for type URL. TLS verification is never
-	// turned off.
+	// turned off. In YAML and JSON it is base64 of the PEM text, like a Secret's data (e.g. the
+	// output of `base64 -w0 ca.crt`), not the PEM text itself.
 	CABundle []byte `json:"caBundle,omitempty"`
 	// timeouts bounds the time spent reaching the target. Unset fields take the server's
 	// defaults.

@@ -1,0 +1,38 @@
+package apiserver
+
+import (
+	"context"
+	"net/http"
+
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+)
+
+// endLongRunningOnDrain wraps a handler chain builder so that long-running requests end once
+// the server, shutting down, has drained its other requests and its watches. The generic
+// server ends its own watches, but not long-running requests it does not know, above all the
+// proxied ones (watches, logs -f): each of them held http.Server.Shutdown for its whole
+// timeout (--request-timeout, 60 s) and the process with it.
+func endLongRunningOnDrain(build func(http.Handler, *genericapiserver.Config) http.Handler) func(http.Handler, *genericapiserver.Config) http.Handler {
+	return func(apiHandler http.Handler, c *genericapiserver.Config) http.Handler {
+		drained, longRunning := c.DrainedNotify(), c.LongRunningFunc
+		// Innermost, so that the request info is known.
+		return build(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			info, ok := genericapirequest.RequestInfoFrom(r.Context())
+			if !ok || longRunning == nil || !longRunning(r, info) {
+				apiHandler.ServeHTTP(w, r)
+				return
+			}
+			ctx, cancel := context.WithCancel(r.Context())
+			defer cancel()
+			go func() {
+				select {
+				case <-drained:
+					cancel()
+				case <-ctx.Done():
+				}
+			}()
+			apiHandler.ServeHTTP(w, r.WithContext(ctx))
+		}), c)
+	}
+}

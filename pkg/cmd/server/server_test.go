@@ -1,0 +1,55 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestHelp reads mount-apiserver --help as a user does.
+func TestHelp(t *testing.T) {
+	cmd := NewCommand(context.Background())
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs([]string{"--help"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	help := out.String()
+
+	// Every flag is listed once.
+	seen := map[string]int{}
+	for _, m := range regexp.MustCompile(`(?m)^\s+(?:-\w, )?(--[\w-]+)`).FindAllStringSubmatch(help, -1) {
+		seen[m[1]]++
+	}
+	for flag, n := range seen {
+		if n != 1 {
+			t.Errorf("%s is listed %d times", flag, n)
+		}
+	}
+	for _, flag := range []string{"--v", "--vmodule", "--log-flush-frequency", "--logging-format", "--help", "--cert-dir", "--root-directory"} {
+		if seen[flag] == 0 {
+			t.Errorf("%s is not listed", flag)
+		}
+	}
+
+	for _, c := range []struct{ what, pattern string }{
+		{"--cert-dir's real default", `--cert-dir string +.*Defaults to <root-directory>/pki\.\n`},
+		{"the JSON log format", `--logging-format string +Sets the log format. Permitted formats: "json"`},
+		{"that the webhook cache TTL also bounds the client certificate cache", `--authentication-token-webhook-cache-ttl duration +.*client certificate.*0 turns both caches off`},
+		{"a feature gate example of this server", `--feature-gates 'ListFromCacheSnapshot=true`},
+		{"an emulated version example of this server", `'--emulated-version=kube=1\.36'`},
+	} {
+		if !regexp.MustCompile(c.pattern).MatchString(help) {
+			t.Errorf("--help does not show %s (%s)", c.what, c.pattern)
+		}
+	}
+	for _, wrong := range []string{"wardle", "apiserver.local.config", "self-signed"} {
+		if strings.Contains(help, wrong) {
+			t.Errorf("--help mentions %q", wrong)
+		}
+	}
+}

@@ -1,0 +1,3 @@
+// Package version is the version mount-apiserver reports at /version: set at link time, or
+// taken from the Go build information.
+package version
