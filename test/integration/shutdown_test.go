@@ -20,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
@@ -85,18 +86,18 @@ func TestShutdownWithProxiedWatchOpen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kube.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "clusters"}}, metav1.CreateOptions{}); err != nil {
+	// The standalone server keeps the Secret itself.
+	p := framework.BuildBinary(t).Start(t, t.TempDir())
+	core, err := kubernetes.NewForConfig(p.Config)
+	if err != nil {
 		t.Fatal(err)
 	}
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "target"}, Data: map[string][]byte{"kubeconfig": kubeconfig}}
-	if _, err := kube.Client.CoreV1().Secrets("clusters").Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+	if _, err := core.CoreV1().Secrets("clusters").Create(ctx, secret, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-
-	p := framework.BuildBinary(t).Start(t, t.TempDir(), "--secrets-kubeconfig", kube.AdminKubeconfig)
 	m := urlMount("target")
 	m.Spec.Ref.Name = "target"
-	// The standalone admin is in system:masters, which is never impersonated on a target.
 	m.Spec.Identity.Mode = v1alpha1.IdentityModeMountCredentials
 	if _, err := p.Client.MountsV1alpha1().Mounts().Create(ctx, m, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
