@@ -16,6 +16,7 @@ import (
 // TestProxyPercentInPath: a literal '%' in a proxied path (%25 on the wire) is data: it
 // reaches the target as %25, directly and through the host's aggregator.
 func TestProxyPercentInPath(t *testing.T) {
+	mount := runNames()("percent")
 	setupProxy(t)
 	target, err := framework.StartRecordingServer("127.0.0.1:0", nil)
 	if err != nil {
@@ -26,14 +27,14 @@ func TestProxyPercentInPath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	setSecretData(t, "percent", data)
-	if _, err := mountsClient(t, kube.AdminConfig).MountsV1alpha1().Mounts().Create(context.Background(), urlMountOf("percent", "percent"), metav1.CreateOptions{}); err != nil {
+	setSecretData(t, mount, data)
+	if _, err := mountsClient(t, kube.AdminConfig).MountsV1alpha1().Mounts().Create(context.Background(), urlMountOf(mount, mount), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	paula := proxyUser(t, "paula")
 	for name, cfg := range map[string]*rest.Config{"host": paula, "direct": agg.DirectConfig(paula)} {
 		const path = "/api/v1/namespaces/default/configmaps/50%25off"
-		code, _, body := proxyGet(t, cfg, "percent", path)
+		code, _, body := proxyGet(t, cfg, mount, path)
 		if code != http.StatusOK {
 			t.Errorf("%s: %d %s", name, code, body)
 			continue

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/rest"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
@@ -80,6 +82,8 @@ func tenantIsRefused(t *testing.T, cfg *rest.Config, name, secret, class string)
 // gets a policy refusal, the metadata server sees no request, its answer never reaches the
 // caller, and the Mount's status says why.
 func TestTargetPolicyRefusesPlainHTTPMetadata(t *testing.T) {
+	// Names of this run: the servers outlive it (go test -count=2).
+	n := runNames()
 	setupProxy(t)
 	var hits atomic.Int32
 	metadata := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -91,20 +95,23 @@ func TestTargetPolicyRefusesPlainHTTPMetadata(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	setSecretData(t, "metadata-first", data)
-	mallory := tenant(t, "mallory", "metadata-first", "metadata")
-	tenantIsRefused(t, mallory, "metadata-first", "metadata-first", "plain http")
-	tenantCreates(t, mallory, "metadata", "metadata")
-	setSecretData(t, "metadata", data)
+	setSecretData(t, n("metadata-first"), data)
+	mallory := tenant(t, n("mallory"), n("metadata-first"), n("metadata"))
+	tenantIsRefused(t, mallory, n("metadata-first"), n("metadata-first"), "plain http")
+	tenantCreates(t, mallory, n("metadata"), n("metadata"))
+	setSecretData(t, n("metadata"), data)
 
-	code, _, body := proxyGet(t, mallory, "metadata", "/latest/meta-data/iam/security-credentials/node")
+	code, _, body := proxyGet(t, mallory, n("metadata"), "/latest/meta-data/iam/security-credentials/node")
 	if code != http.StatusForbidden || !strings.Contains(body, policyRefusal) || !strings.Contains(body, "plain http") {
 		t.Errorf("plain http target through the proxy: %d %s; want 403 refused by the target policy (plain http)", code, body)
 	}
 	if strings.Contains(body, "metadata-secret") {
 		t.Errorf("the metadata server's answer reached the caller: %s", body)
 	}
-	m := waitCondition(t, "metadata", v1alpha1.ConditionCredentialsResolved, func(c metav1.Condition) bool { return c.Status == metav1.ConditionFalse })
+	// The mount was first probed without its Secret: wait for the refusal.
+	m := waitCondition(t, n("metadata"), v1alpha1.ConditionCredentialsResolved, func(c metav1.Condition) bool {
+		return c.Status == metav1.ConditionFalse && c.Reason == "TargetNotAllowed"
+	})
 	if c := condition(m, v1alpha1.ConditionCredentialsResolved); c.Reason != "TargetNotAllowed" || !strings.Contains(c.Message, policyRefusal) {
 		t.Errorf("CredentialsResolved of a refused target: %+v", c)
 	}
@@ -117,8 +124,10 @@ func TestTargetPolicyRefusesPlainHTTPMetadata(t *testing.T) {
 // its published CA: once at its own address and port, once through a TCP relay on another
 // port (as a Service or a NAT would route back to it), where only its certificate tells.
 func TestTargetPolicyRefusesThisServer(t *testing.T) {
+	// Names of this run: the servers outlive it (go test -count=2).
+	n := runNames()
 	setupProxy(t)
-	oscar := tenant(t, "oscar", "self-port", "self-relay")
+	oscar := tenant(t, n("oscar"), n("self-port"), n("self-relay"))
 	self := func(host string) []byte {
 		data, err := framework.KubeconfigBytes(&rest.Config{Host: host, TLSClientConfig: rest.TLSClientConfig{
 			CAData: agg.Mount.CAData, CertData: oscar.CertData, KeyData: oscar.KeyData}})
@@ -129,14 +138,14 @@ func TestTargetPolicyRefusesThisServer(t *testing.T) {
 	}
 	relayed := relay(t, strings.TrimPrefix(agg.Mount.URL, "https://"))
 	// Admitted before their Secrets name this server; the proxy refuses them.
-	tenantCreates(t, oscar, "self-port", "self-port")
-	tenantCreates(t, oscar, "self-relay", "self-relay")
-	setSecretData(t, "self-port", self(agg.Mount.URL))
-	setSecretData(t, "self-relay", self("https://"+relayed.addr))
+	tenantCreates(t, oscar, n("self-port"), n("self-port"))
+	tenantCreates(t, oscar, n("self-relay"), n("self-relay"))
+	setSecretData(t, n("self-port"), self(agg.Mount.URL))
+	setSecretData(t, n("self-relay"), self("https://"+relayed.addr))
 	// With the Secret in place, admission refuses this server's own address at once.
-	tenantIsRefused(t, oscar, "self-port-again", "self-port", "own endpoints")
+	tenantIsRefused(t, oscar, n("self-port-again"), n("self-port"), "own endpoints")
 
-	for mount, class := range map[string]string{"self-port": "own endpoints", "self-relay": "own serving certificate"} {
+	for mount, class := range map[string]string{n("self-port"): "own endpoints", n("self-relay"): "own serving certificate"} {
 		code, _, body := proxyGet(t, oscar, mount, "/version")
 		if code != http.StatusForbidden || !strings.Contains(body, policyRefusal) || !strings.Contains(body, class) {
 			t.Errorf("mount %s of this server: %d %s; want 403 refused by the target policy (%s)", mount, code, body, class)
@@ -225,6 +234,8 @@ func waitCondition(t *testing.T, name, conditionType string, ok func(metav1.Cond
 
 // rootCauses are texts that tell what answered rather than what failed; no message a tenant
 // sees carries them.
+var loopbackAddress = regexp.MustCompile(`127\.0\.0\.1:[0-9]+`)
+
 var rootCauses = []string{"connection refused", "connect:", "tls:", "first record", "HTTP", "x509", "answered 404", "404", "EOF"}
 
 // TestTargetStatusSaysWhatFailed: a closed port, an open port that does not speak TLS and a
@@ -232,6 +243,8 @@ var rootCauses = []string{"connection refused", "connect:", "tls:", "first recor
 // root causes, in the Mount's status and in the proxy's answer, with the codes the design
 // requires.
 func TestTargetStatusSaysWhatFailed(t *testing.T) {
+	// Names of this run: the servers outlive it (go test -count=2).
+	n := runNames()
 	setupProxy(t)
 	ca, err := newRogueCA()
 	if err != nil {
@@ -266,9 +279,9 @@ func TestTargetStatusSaysWhatFailed(t *testing.T) {
 		message    string
 		code       int // of a proxied GET; 0 when the target's own answer passes through
 	}{
-		{"closed-port", kubeconfigOf(fmt.Sprintf("https://127.0.0.1:%d", closed)), "cannot connect to the mount's target", http.StatusServiceUnavailable},
-		{"plain-port", kubeconfigOf("https://" + plain.Listener.Addr().String()), "did not answer as a Kubernetes API server over TLS", http.StatusBadGateway},
-		{"not-kube", notKubeConfig, "did not answer as a Kubernetes API server", 0},
+		{n("closed-port"), kubeconfigOf(fmt.Sprintf("https://127.0.0.1:%d", closed)), "cannot connect to the mount's target", http.StatusServiceUnavailable},
+		{n("plain-port"), kubeconfigOf("https://" + plain.Listener.Addr().String()), "did not answer as a Kubernetes API server over TLS", http.StatusBadGateway},
+		{n("not-kube"), notKubeConfig, "did not answer as a Kubernetes API server", 0},
 	}
 	admin := mountsClient(t, kube.AdminConfig).MountsV1alpha1().Mounts()
 	for _, c := range cases {
@@ -277,15 +290,17 @@ func TestTargetStatusSaysWhatFailed(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	gina := proxyUser(t, "gina-status")
+	gina := proxyUser(t, n("gina-status"))
 	for _, c := range cases {
 		m := waitCondition(t, c.mount, v1alpha1.ConditionTargetReachable, func(cond metav1.Condition) bool { return cond.Status == metav1.ConditionFalse })
 		msg := condition(m, v1alpha1.ConditionTargetReachable).Message
 		if !strings.Contains(msg, c.message) {
 			t.Errorf("%s: TargetReachable %q, want %q", c.mount, msg, c.message)
 		}
+		// The target's address may contain digits like "404"; look at the rest.
+		rest := loopbackAddress.ReplaceAllString(msg, "")
 		for _, cause := range rootCauses {
-			if strings.Contains(msg, cause) {
+			if strings.Contains(rest, cause) {
 				t.Errorf("%s: TargetReachable %q carries the root cause %q", c.mount, msg, cause)
 			}
 		}
@@ -312,10 +327,12 @@ func TestTargetStatusSaysWhatFailed(t *testing.T) {
 // reachable; another server on loopback is outside the allow list; the remote by the name
 // "localhost" is denied, although its address is allowed, as deny wins.
 func TestTargetPolicyLists(t *testing.T) {
+	// Names of this run: the servers outlive it (go test -count=2).
+	n := runNames()
 	setupProxy(t)
 	ctx := context.Background()
-	remoteBind(t, "policy-creds", "namespace-reader")
-	creds, err := remote.UserConfig("policy-creds")
+	remoteBind(t, n("policy-creds"), "namespace-reader")
+	creds, err := remote.UserConfig(n("policy-creds"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,7 +341,7 @@ func TestTargetPolicyLists(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	setSecret(t, "policy-allowed", creds)
+	setSecret(t, n("policy-allowed"), creds)
 	byName := rest.CopyConfig(creds)
 	byName.Host = "https://localhost:" + remotePort
 	outside, err := framework.StartRecordingServer("127.0.0.1:0", nil)
@@ -336,7 +353,7 @@ func TestTargetPolicyLists(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, secret := range []string{"policy-allowed", "policy-denied", "policy-outside"} {
+	for _, secret := range []string{n("policy-allowed"), n("policy-denied"), n("policy-outside")} {
 		allowSecretRead(t, pki.AdminUser, secret)
 	}
 
@@ -347,7 +364,7 @@ func TestTargetPolicyLists(t *testing.T) {
 	})
 	mounts := s.Client.MountsV1alpha1().Mounts()
 	// Admitted before the Secrets of the refused targets exist; the proxy refuses them.
-	for _, name := range []string{"policy-allowed", "policy-denied", "policy-outside"} {
+	for _, name := range []string{n("policy-allowed"), n("policy-denied"), n("policy-outside")} {
 		m := urlMountOf(name, name)
 		m.Spec.Identity.Mode = v1alpha1.IdentityModeMountCredentials
 		eventually(t, "the admin creates mount "+name, func() error {
@@ -355,22 +372,27 @@ func TestTargetPolicyLists(t *testing.T) {
 			return err
 		})
 	}
-	setSecret(t, "policy-denied", byName)
-	setSecretData(t, "policy-outside", data)
+	setSecret(t, n("policy-denied"), byName)
+	setSecretData(t, n("policy-outside"), data)
 	// Now that they name their targets, admission refuses new mounts of them.
-	for secret, class := range map[string]string{"policy-outside": "not on the server's list of allowed targets", "policy-denied": "on the server's list of denied targets"} {
+	for secret, class := range map[string]string{n("policy-outside"): "not on the server's list of allowed targets", n("policy-denied"): "on the server's list of denied targets"} {
 		m := urlMountOf(secret+"-again", secret)
 		m.Spec.Identity.Mode = v1alpha1.IdentityModeMountCredentials
-		if _, err := mounts.Create(ctx, m, metav1.CreateOptions{}); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), class) {
-			t.Errorf("admission of a mount of %s: %v, want 422 %q", secret, err, class)
-		}
+		// Admission reads the Secret through the server's watch of it, which sees the new
+		// Secret a moment later; the proxy's own checks do not depend on that.
+		eventually(t, "admission refuses a mount of "+secret, func() error {
+			if _, err := mounts.Create(ctx, m, metav1.CreateOptions{}); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), class) {
+				return fmt.Errorf("got %v, want 422 %q", err, class)
+			}
+			return nil
+		})
 	}
-	if code, _, body := proxyGet(t, s.Config, "policy-allowed", "/api/v1/namespaces"); code != http.StatusOK || !strings.Contains(body, "kube-system") {
+	if code, _, body := proxyGet(t, s.Config, n("policy-allowed"), "/api/v1/namespaces"); code != http.StatusOK || !strings.Contains(body, "kube-system") {
 		t.Errorf("allowed target: %d %s", code, body)
 	}
 	for mount, class := range map[string]string{
-		"policy-outside": "it is not on the server's list of allowed targets",
-		"policy-denied":  "it is on the server's list of denied targets",
+		n("policy-outside"): "it is not on the server's list of allowed targets",
+		n("policy-denied"):  "it is on the server's list of denied targets",
 	} {
 		code, _, body := proxyGet(t, s.Config, mount, "/api/v1/namespaces")
 		if code != http.StatusForbidden || !strings.Contains(body, policyRefusal) || !strings.Contains(body, class) {
@@ -390,4 +412,11 @@ func TestTargetPolicyLists(t *testing.T) {
 	if n := len(outside.Requests()); n != 0 {
 		t.Errorf("the server outside the allow list saw %d requests", n)
 	}
+}
+
+// runNames returns a function that gives a name of this test run: a test's objects on the
+// package's shared servers do not collide with those of its earlier runs.
+func runNames() func(string) string {
+	run := rand.String(5)
+	return func(name string) string { return name + "-" + run }
 }
