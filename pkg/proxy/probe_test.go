@@ -108,7 +108,7 @@ func TestProbesOfOneTargetShareOneRequest(t *testing.T) {
 // without it; the caller, told to wait, finds the result afterwards even with a tiny TTL,
 // and without probing the target again.
 func TestProbeWithinPendingResultOutlivesTTL(t *testing.T) {
-	srv, ca, readyz := startTarget(t, 300*time.Millisecond)
+	srv, ca, readyz := startTarget(t, 2*time.Second)
 	secrets := secretMap{}
 	secrets.add(t, "slow", srv.URL, ca)
 	p := &Proxier{Secrets: secrets, Transports: NewTransports(TransportOptions{}, nil), Probes: &ProbeCache{TTL: time.Nanosecond}}
@@ -118,9 +118,10 @@ func TestProbeWithinPendingResultOutlivesTTL(t *testing.T) {
 	start := time.Now()
 	r, pending := p.ProbeWithin(ctx, m, 20*time.Millisecond)
 	if pending == nil {
-		t.Fatalf("a 300 ms probe returned within a 20 ms wait: %+v", r)
+		t.Fatalf("a 2 s probe returned within a 20 ms wait: %+v", r)
 	}
-	if waited := time.Since(start); waited > 200*time.Millisecond {
+	// Far below the probe's 2 s, far above scheduling noise on a loaded machine.
+	if waited := time.Since(start); waited > time.Second {
 		t.Errorf("the caller was held %v for a 20 ms wait", waited)
 	}
 	<-pending
@@ -179,8 +180,8 @@ func TestProbeBoundedDespiteLongConnectTimeout(t *testing.T) {
 	if r.ReachErr == nil || !strings.Contains(r.ReachErr.Error(), "timed out") {
 		t.Errorf("probe of a hung target: %+v", r)
 	}
-	if elapsed > 2*time.Second {
-		t.Errorf("the probe took %v; bound 300 ms", elapsed)
+	if elapsed > 10*time.Second {
+		t.Errorf("the probe took %v; bound 300 ms (unbounded, it would take the mount's 300 s)", elapsed)
 	}
 	t.Logf("probe of a hung target with connectSeconds 300: %v: %v", elapsed.Round(time.Millisecond), r.ReachErr)
 }

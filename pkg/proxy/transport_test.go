@@ -123,7 +123,9 @@ func TestTransportsSlowFailingKeyDelaysNoOther(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	t.Logf("healthy Get, worst of 20 while 30 mounts hit a failing %v build: %v; failing builds: %d", parse, worst, badBuilds.Load())
-	if worst > 50*time.Millisecond {
+	// Behind the lock it waited seconds (18 s once); free of it, milliseconds. The margin is
+	// for a loaded machine.
+	if worst > time.Second {
 		t.Errorf("a healthy mount waited %v behind another key's build", worst)
 	}
 	if n := badBuilds.Load(); n != 1 {
