@@ -67,6 +67,8 @@ type Options struct {
 	ProxyMaxHops int
 	// KcpMode serves cluster-aware paths, /clusters/<logical-cluster>/... and /clusters/*/...
 	KcpMode bool
+	// Kcp says how to meet kcp in kcp mode.
+	Kcp KcpOptions
 	// ProxyAllowedTargets, if not empty, are the only targets mounts may name: CIDRs, IPs and
 	// host names ("*.example.com" for the names below), each but CIDRs with an optional port.
 	ProxyAllowedTargets []string
@@ -188,6 +190,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.BoolVar(&o.StatusController, "status-controller", o.StatusController, "Run the status controller, which probes every mount and writes its status. Turn it off where another process writes status.")
 	fs.Int64Var(&o.EmbeddedEtcdQuotaBackendBytes, "embedded-etcd-quota-backend-bytes", o.EmbeddedEtcdQuotaBackendBytes,
 		"Size limit of the embedded etcd's database in bytes; 0 takes etcd's default (2 GiB). Ignored with --etcd-servers.")
+	o.Kcp.AddFlags(fss.FlagSet("kcp"))
 	o.ServerRun.AddUniversalFlags(fss.FlagSet("generic"))
 	o.SecureServing.AddFlags(fss.FlagSet("secure serving"))
 	o.Etcd.AddFlags(fss.FlagSet("etcd"))
