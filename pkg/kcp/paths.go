@@ -69,3 +69,28 @@ func WithClusterPaths(handler http.Handler) http.Handler {
 		handler.ServeHTTP(w, out)
 	})
 }
+
+// WithPathPrefix also serves every path below prefix (e.g. /services/mounts, where a kcp
+// front-proxy mapping forwards the full original path) as the path without it. An empty
+// prefix serves as handler does.
+func WithPathPrefix(prefix string, handler http.Handler) http.Handler {
+	prefix = strings.TrimSuffix(prefix, "/")
+	if prefix == "" {
+		return handler
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		rest, ok := strings.CutPrefix(req.URL.Path, prefix)
+		if !ok || (rest != "" && !strings.HasPrefix(rest, "/")) {
+			handler.ServeHTTP(w, req)
+			return
+		}
+		out := req.Clone(req.Context())
+		out.URL.Path = "/" + strings.TrimPrefix(rest, "/")
+		out.URL.RawPath = ""
+		if rawRest, ok := strings.CutPrefix(req.URL.EscapedPath(), prefix); ok && rawRest != "" && rawRest != out.URL.Path {
+			out.URL.RawPath = rawRest
+		}
+		out.RequestURI = out.URL.RequestURI()
+		handler.ServeHTTP(w, out)
+	})
+}

@@ -28,6 +28,7 @@ import (
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
+	"github.com/kcp-dev/mount-apiserver/pkg/kcp"
 	"github.com/kcp-dev/mount-apiserver/pkg/targetpolicy"
 )
 
@@ -166,6 +167,11 @@ func impersonation(m *mounts.Mount, caller user.Info) (*transport.ImpersonationC
 	id := m.Spec.Identity
 	if id.Mode == mounts.IdentityModeMountCredentials {
 		return nil, nil
+	}
+	if kcp.HasNoIdentity(caller) {
+		return nil, apierrors.NewForbidden(mounts.Resource("mounts/proxy"), m.Name,
+			fmt.Errorf("mount %q impersonates its callers, and kcp forwarded this request without naming its caller (kcp v0.32.3 sends no X-Remote-* headers): it is never sent with the mount's credentials alone. Reach the mount through a path that carries your identity (kcp with X-Remote-* forwarding, the front-proxy's mount URL, or this server directly), or use a mount with identity mode %s",
+				m.Name, mounts.IdentityModeMountCredentials))
 	}
 	if slices.Contains(caller.GetGroups(), user.SystemPrivilegedGroup) {
 		return nil, apierrors.NewForbidden(mounts.Resource("mounts/proxy"), m.Name,

@@ -17,6 +17,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"github.com/kcp-dev/mount-apiserver/pkg/clusters"
 )
 
 // SecretSource returns the Secrets that Mounts reference.
@@ -34,14 +36,20 @@ const DefaultSecretIdleTimeout = 10 * time.Minute
 // Secret of the cluster is ever cached in this process. A Secret not read for the idle timeout
 // is no longer watched; reading it again watches it again.
 type WatchedSecrets struct {
-	client   kubernetes.Interface
+	clientFor func(clusters.Name) (kubernetes.Interface, error)
 	ctx      context.Context
 	syncWait time.Duration
 	idle     time.Duration
 
 	mu        sync.Mutex
-	watchers  map[types.NamespacedName]*secretWatcher
+	watchers  map[secretKey]*secretWatcher
 	listeners []func(namespace, name string)
+}
+
+// secretKey names a Secret in a logical cluster (DefaultCluster outside kcp mode).
+type secretKey struct {
+	cluster clusters.Name
+	types.NamespacedName
 }
 
 type secretWatcher struct {
@@ -53,7 +61,14 @@ type secretWatcher struct {
 // NewWatchedSecrets returns a source whose informers run until ctx ends, or until their
 // Secret was not read for idle (0: until ctx ends).
 func NewWatchedSecrets(ctx context.Context, client kubernetes.Interface, idle time.Duration) *WatchedSecrets {
-	s := &WatchedSecrets{client: client, ctx: ctx, syncWait: 5 * time.Second, idle: idle, watchers: map[types.NamespacedName]*secretWatcher{}}
+	return NewClusterWatchedSecrets(ctx, func(clusters.Name) (kubernetes.Interface, error) { return client, nil }, idle)
+}
+
+// NewClusterWatchedSecrets returns a source that reads each Secret from the client of the
+// logical cluster in the reading context (clusters.From): in kcp mode, the consumer
+// workspace's Secrets through the APIExport's virtual workspace.
+func NewClusterWatchedSecrets(ctx context.Context, clientFor func(clusters.Name) (kubernetes.Interface, error), idle time.Duration) *WatchedSecrets {
+	s := &WatchedSecrets{clientFor: clientFor, ctx: ctx, syncWait: 5 * time.Second, idle: idle, watchers: map[secretKey]*secretWatcher{}}
 	if idle > 0 {
 		go wait.UntilWithContext(ctx, s.stopIdle, idle/2)
 	}
@@ -99,7 +114,14 @@ func (s *WatchedSecrets) notify(namespace, name string) {
 
 // GetSecret returns the Secret, starting to watch it on first use.
 func (s *WatchedSecrets) GetSecret(ctx context.Context, namespace, name string) (*corev1.Secret, error) {
-	w := s.watcher(namespace, name)
+	cluster := clusters.From(ctx)
+	if cluster == clusters.Wildcard {
+		return nil, fmt.Errorf("reading Secret %s/%s: no logical cluster in the request", namespace, name)
+	}
+	w, err := s.watcher(secretKey{cluster, types.NamespacedName{Namespace: namespace, Name: name}})
+	if err != nil {
+		return nil, err
+	}
 	if !w.informer.HasSynced() {
 		syncCtx, cancel := context.WithTimeout(ctx, s.syncWait)
 		defer cancel()
@@ -118,23 +140,27 @@ func (s *WatchedSecrets) GetSecret(ctx context.Context, namespace, name string) 
 }
 
 // watcher returns the Secret's watcher, started on first use, and marks it read.
-func (s *WatchedSecrets) watcher(namespace, name string) *secretWatcher {
-	key := types.NamespacedName{Namespace: namespace, Name: name}
+func (s *WatchedSecrets) watcher(key secretKey) (*secretWatcher, error) {
+	namespace, name := key.Namespace, key.Name
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if w, ok := s.watchers[key]; ok {
 		w.lastRead = time.Now()
-		return w
+		return w, nil
+	}
+	client, err := s.clientFor(key.cluster)
+	if err != nil {
+		return nil, fmt.Errorf("reading Secret %s/%s of logical cluster %s: %w", namespace, name, key.cluster, err)
 	}
 	selector := fields.OneTermEqualSelector("metadata.name", name).String()
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			opts.FieldSelector = selector
-			return s.client.CoreV1().Secrets(namespace).List(ctx, opts)
+			return client.CoreV1().Secrets(namespace).List(ctx, opts)
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 			opts.FieldSelector = selector
-			return s.client.CoreV1().Secrets(namespace).Watch(ctx, opts)
+			return client.CoreV1().Secrets(namespace).Watch(ctx, opts)
 		},
 	}
 	informer := cache.NewSharedIndexInformer(lw, &corev1.Secret{}, 0, cache.Indexers{})
@@ -148,5 +174,5 @@ func (s *WatchedSecrets) watcher(namespace, name string) *secretWatcher {
 	go informer.RunWithContext(ctx)
 	w := &secretWatcher{informer: informer, cancel: cancel, lastRead: time.Now()}
 	s.watchers[key] = w
-	return w
+	return w, nil
 }

@@ -135,7 +135,7 @@ func (p *Plugin) checkSecret(ctx context.Context, a admission.Attributes, reques
 		return nil
 	}
 	ref := m.Spec.Ref
-	decision, _, err := p.secrets.Authorize(ctx, authorizer.AttributesRecord{
+	decision, reason, err := p.secrets.Authorize(ctx, authorizer.AttributesRecord{
 		User: requester, Verb: "get", APIVersion: "v1", Resource: "secrets", Namespace: ref.Namespace, Name: ref.Name, ResourceRequest: true,
 	})
 	if err != nil {
@@ -143,8 +143,12 @@ func (p *Plugin) checkSecret(ctx context.Context, a admission.Attributes, reques
 		return apierrors.NewServiceUnavailable(fmt.Sprintf("%s: cannot check whether %q may get Secret %s/%s: %v", PluginName, requester.GetName(), ref.Namespace, ref.Name, err))
 	}
 	if decision != authorizer.DecisionAllow {
-		return admission.NewForbidden(a, fmt.Errorf("%s: %q may not get Secret %s/%s; a Mount lends the credentials in its Secret to everyone allowed to proxy through it, so only who may read the Secret may reference it or change what the mount lends",
-			field.NewPath("spec", "ref"), requester.GetName(), ref.Namespace, ref.Name))
+		msg := fmt.Sprintf("%s: %q may not get Secret %s/%s; a Mount lends the credentials in its Secret to everyone allowed to proxy through it, so only who may read the Secret may reference it or change what the mount lends",
+			field.NewPath("spec", "ref"), requester.GetName(), ref.Namespace, ref.Name)
+		if reason != "" {
+			msg += " (" + reason + ")"
+		}
+		return admission.NewForbidden(a, fmt.Errorf("%s", msg))
 	}
 	return nil
 }

@@ -18,7 +18,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/request/anonymous"
 	authenticatorunion "k8s.io/apiserver/pkg/authentication/request/union"
 	x509request "k8s.io/apiserver/pkg/authentication/request/x509"
-	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/authorization/path"
 	authorizerunion "k8s.io/apiserver/pkg/authorization/union"
 	openapinamer "k8s.io/apiserver/pkg/endpoints/openapi"
@@ -112,9 +112,14 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 		return nil, fmt.Errorf("applying feature options: %w", err)
 	}
 
-	if o.KcpMode {
+	if o.KcpMode || o.Kcp.PathPrefix != "" {
+		kcpMode, prefix := o.KcpMode, o.Kcp.PathPrefix
 		generic.BuildHandlerChainFunc = func(apiHandler http.Handler, c *genericapiserver.Config) http.Handler {
-			return kcp.WithClusterPaths(genericapiserver.DefaultBuildHandlerChain(apiHandler, c))
+			handler := genericapiserver.DefaultBuildHandlerChain(apiHandler, c)
+			if kcpMode {
+				handler = kcp.WithClusterPaths(handler)
+			}
+			return kcp.WithPathPrefix(prefix, handler)
 		}
 	}
 	generic.LongRunningFunc = mountapiserver.LongRunning()
@@ -158,13 +163,11 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 		if err := o.applyDelegated(cfg, ca); err != nil {
 			return nil, err
 		}
-		cfg.Extra.Proxier.Secrets = proxy.NewWatchedSecrets(ctx, cfg.Extra.HostClient, proxy.DefaultSecretIdleTimeout)
 		secretsAuthz, err := lending.SecretReviews(cfg.Extra.HostClient.AuthorizationV1())
 		if err != nil {
 			return nil, err
 		}
-		o.restrictClusters(generic)
-		if generic.AdmissionControl, err = lending.New(generic.Authorization.Authorizer, secretsAuthz, targetCheck(cfg.Extra.Proxier.Secrets, policy)); err != nil {
+		if err := o.applySecrets(ctx, cfg, cfg.Extra.HostClient, secretsAuthz, policy); err != nil {
 			return nil, err
 		}
 		logger.Info("Running as an aggregated API server", "kubeconfig", o.Kubeconfig, "inCluster", o.InCluster)
@@ -177,28 +180,24 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 	// Whoever holds the Secrets of URL mounts decides who may lend them: this server itself,
 	// or the cluster of --secrets-kubeconfig.
 	secretsAuthz := generic.Authorization.Authorizer
+	var secretsClient kubernetes.Interface
 	if cfg.Extra.ServeSecrets {
-		loopback, err := kubernetes.NewForConfig(generic.LoopbackClientConfig)
-		if err != nil {
+		if secretsClient, err = kubernetes.NewForConfig(generic.LoopbackClientConfig); err != nil {
 			return nil, fmt.Errorf("creating loopback client: %w", err)
 		}
-		cfg.Extra.Proxier.Secrets = proxy.NewWatchedSecrets(ctx, loopback, proxy.DefaultSecretIdleTimeout)
 	} else {
 		secretsConfig, err := clientcmd.BuildConfigFromFlags("", o.SecretsKubeconfig)
 		if err != nil {
 			return nil, fmt.Errorf("loading --secrets-kubeconfig %s: %w", o.SecretsKubeconfig, err)
 		}
-		secretsClient, err := kubernetes.NewForConfig(secretsConfig)
-		if err != nil {
+		if secretsClient, err = kubernetes.NewForConfig(secretsConfig); err != nil {
 			return nil, fmt.Errorf("creating client of --secrets-kubeconfig: %w", err)
 		}
-		cfg.Extra.Proxier.Secrets = proxy.NewWatchedSecrets(ctx, secretsClient, proxy.DefaultSecretIdleTimeout)
 		if secretsAuthz, err = lending.SecretReviews(secretsClient.AuthorizationV1()); err != nil {
 			return nil, err
 		}
 	}
-	o.restrictClusters(generic)
-	if generic.AdmissionControl, err = lending.New(generic.Authorization.Authorizer, secretsAuthz, targetCheck(cfg.Extra.Proxier.Secrets, policy)); err != nil {
+	if err := o.applySecrets(ctx, cfg, secretsClient, secretsAuthz, policy); err != nil {
 		return nil, err
 	}
 	cfg.Extra.AdminKubeconfig = filepath.Join(o.RootDirectory, AdminKubeconfigFile)
@@ -401,15 +400,20 @@ func applyStandaloneAuth(c *genericapiserver.Config, ca *pki.PKI) error {
 	return nil
 }
 
-// restrictClusters opens logical clusters to administrators only in kcp mode (see
-// kcp.AdminsOnlyInClusters).
-func (o CompletedOptions) restrictClusters(generic *genericapiserver.Config) {
-	if o.KcpMode {
-		generic.Authorization.Authorizer = kcp.AdminsOnlyInClusters{
-			Delegate:    generic.Authorization.Authorizer,
-			AdminGroups: []string{user.SystemPrivilegedGroup, authorization.AdminsGroup},
-		}
+// applySecrets sets where URL mounts' Secrets come from (the given client's cluster, and in
+// kcp mode the consumer workspaces), and the admission that checks who may lend them. It
+// comes last: kcp mode wraps the authentication and authorization set up before.
+func (o CompletedOptions) applySecrets(ctx context.Context, cfg *mountapiserver.Config, secrets kubernetes.Interface, secretsAuthz authorizer.Authorizer, policy *targetpolicy.Policy) error {
+	generic := &cfg.Generic.Config
+	clientFor, secretsAuthz, err := o.applyKcp(generic, secrets, secretsAuthz)
+	if err != nil {
+		return err
 	}
+	cfg.Extra.Proxier.Secrets = proxy.NewClusterWatchedSecrets(ctx, clientFor, proxy.DefaultSecretIdleTimeout)
+	if generic.AdmissionControl, err = lending.New(generic.Authorization.Authorizer, secretsAuthz, targetCheck(cfg.Extra.Proxier.Secrets, policy)); err != nil {
+		return err
+	}
+	return nil
 }
 
 // serverURL is the URL clients on this host use: the bound address, or loopback when bound to

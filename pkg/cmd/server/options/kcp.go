@@ -1,7 +1,28 @@
 package options
 
 import (
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+
 	"github.com/spf13/pflag"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/request/headerrequest"
+	authenticatorunion "k8s.io/apiserver/pkg/authentication/request/union"
+	x509request "k8s.io/apiserver/pkg/authentication/request/x509"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kcp-dev/mount-apiserver/pkg/authorization"
+	"github.com/kcp-dev/mount-apiserver/pkg/clusters"
+	"github.com/kcp-dev/mount-apiserver/pkg/kcp"
 )
 
 // KcpOptions say how the server meets kcp in kcp mode (--kcp-mode). See README, "Run it with kcp".
@@ -46,4 +67,121 @@ func (o *KcpOptions) AddFlags(fs *pflag.FlagSet) {
 		"kcp mode: URL of the APIExport's virtual workspace (https://<shard>/services/apiexport/<cluster>/<export>), reached with --kcp-kubeconfig's credentials: URL mounts' Secrets are read through its permission claim, and the export's APIBindings say which logical clusters still bind it.")
 	fs.StringVar(&o.PathPrefix, "path-prefix", o.PathPrefix,
 		"Also serve everything under this path (e.g. /services/mounts for a kcp front-proxy mapping, which forwards the full original path).")
+}
+
+// validate checks the kcp options.
+func (o *KcpOptions) validate(kcpMode bool) []error {
+	var errs []error
+	set := o.ShardClientCAFile != "" || o.FrontProxyClientCAFile != "" || o.Kubeconfig != "" || o.APIExportURL != ""
+	if set && !kcpMode {
+		errs = append(errs, errors.New("--kcp-shard-client-ca-file, --kcp-front-proxy-client-ca-file, --kcp-kubeconfig and --kcp-apiexport-url need --kcp-mode"))
+	}
+	if len(o.ShardClientNames) > 0 && o.ShardClientCAFile == "" {
+		errs = append(errs, errors.New("--kcp-shard-client-names needs --kcp-shard-client-ca-file"))
+	}
+	if len(o.FrontProxyClientNames) > 0 && o.FrontProxyClientCAFile == "" {
+		errs = append(errs, errors.New("--kcp-front-proxy-client-names needs --kcp-front-proxy-client-ca-file"))
+	}
+	if o.APIExportURL != "" {
+		if u, err := url.Parse(o.APIExportURL); err != nil || u.Scheme != "https" || u.Host == "" || u.RawQuery != "" || u.User != nil || strings.Contains(u.Path, "/clusters/") {
+			errs = append(errs, fmt.Errorf("--kcp-apiexport-url %q must be an https URL of the APIExport's virtual workspace, without /clusters/, query or credentials", o.APIExportURL))
+		}
+		if o.Kubeconfig == "" {
+			errs = append(errs, errors.New("--kcp-apiexport-url needs --kcp-kubeconfig for the credentials to reach it"))
+		}
+	}
+	if p := o.PathPrefix; p != "" && (!strings.HasPrefix(p, "/") || strings.Contains(p, "..") || strings.ContainsAny(p, "?#%") || p == "/") {
+		errs = append(errs, fmt.Errorf("--path-prefix %q must be an absolute path such as /services/mounts", p))
+	}
+	return errs
+}
+
+// applyKcp makes the server meet kcp: the shard's and the front-proxy's certificates
+// authenticate, logical clusters are authorized by kcp, and URL mounts' Secrets in logical
+// clusters come from the consumer workspaces through the APIExport's virtual workspace. It
+// returns the clients of Secrets per cluster and the authorizer of Secret access, extended
+// from the given ones of the default cluster.
+func (o CompletedOptions) applyKcp(generic *genericapiserver.Config, secrets kubernetes.Interface, secretsAuthz authorizer.Authorizer) (func(clusters.Name) (kubernetes.Interface, error), authorizer.Authorizer, error) {
+	defaultOnly := func(cluster clusters.Name) (kubernetes.Interface, error) {
+		if cluster != clusters.DefaultCluster {
+			return nil, fmt.Errorf("Secrets of logical clusters are read through the APIExport's virtual workspace, and this server has no --kcp-apiexport-url")
+		}
+		return secrets, nil
+	}
+	if !o.KcpMode {
+		return defaultOnly, secretsAuthz, nil
+	}
+	k := o.Kcp
+	var authenticators []authenticator.Request
+	var cas []dynamiccertificates.CAContentProvider
+	for _, c := range []struct {
+		file, purpose string
+		names         []string
+		build         func(x509request.VerifyOptionFunc, headerrequest.StringSliceProvider) authenticator.Request
+	}{
+		{k.ShardClientCAFile, "kcp-shard-client-ca", k.ShardClientNames, kcp.ShardAuthenticator},
+		{k.FrontProxyClientCAFile, "kcp-front-proxy-client-ca", k.FrontProxyClientNames, kcp.FrontProxyAuthenticator},
+	} {
+		if c.file == "" {
+			continue
+		}
+		pem, err := os.ReadFile(c.file)
+		if err != nil {
+			return nil, nil, fmt.Errorf("reading %s: %w", c.file, err)
+		}
+		ca, err := dynamiccertificates.NewStaticCAContent(c.purpose, pem)
+		if err != nil {
+			return nil, nil, fmt.Errorf("loading %s: %w", c.file, err)
+		}
+		cas = append(cas, ca)
+		authenticators = append(authenticators, c.build(ca.VerifyOptions, headerrequest.StaticStringSlice(c.names)))
+	}
+	if generic.SecureServing.ClientCA != nil {
+		cas = append(cas, generic.SecureServing.ClientCA)
+	}
+	if len(cas) > 0 {
+		generic.SecureServing.ClientCA = dynamiccertificates.NewUnionCAContentProvider(cas...)
+	}
+	if generic.Authentication.Authenticator != nil {
+		authenticators = append(authenticators, kcp.NotAuthorizedByKcp(generic.Authentication.Authenticator))
+	}
+	generic.Authentication.Authenticator = authenticatorunion.New(authenticators...)
+
+	authz := kcp.ClusterAuthorizer{
+		Delegate:    generic.Authorization.Authorizer,
+		AdminGroups: []string{user.SystemPrivilegedGroup, authorization.AdminsGroup},
+	}
+	var kcpConfig *rest.Config
+	if k.Kubeconfig != "" {
+		var err error
+		if kcpConfig, err = clientcmd.BuildConfigFromFlags("", k.Kubeconfig); err != nil {
+			return nil, nil, fmt.Errorf("loading --kcp-kubeconfig %s: %w", k.Kubeconfig, err)
+		}
+		kcpClients, err := kcp.NewClusterClients(kcpConfig)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--kcp-kubeconfig: %w", err)
+		}
+		authz.Reviews = kcp.NewWorkspaceReviews(kcpClients)
+	}
+	generic.Authorization.Authorizer = authz
+	clusterSecretsAuthz := kcp.ByCluster{Default: secretsAuthz}
+	if authz.Reviews != nil {
+		clusterSecretsAuthz.Clusters = authz.Reviews
+	}
+
+	if k.APIExportURL == "" {
+		return defaultOnly, clusterSecretsAuthz, nil
+	}
+	vw := rest.CopyConfig(kcpConfig)
+	vw.Host = strings.TrimSuffix(k.APIExportURL, "/")
+	vwClients, err := kcp.NewClusterClients(vw)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--kcp-apiexport-url: %w", err)
+	}
+	return func(cluster clusters.Name) (kubernetes.Interface, error) {
+		if cluster == clusters.DefaultCluster {
+			return secrets, nil
+		}
+		return vwClients.Client(cluster)
+	}, clusterSecretsAuthz, nil
 }

@@ -1,0 +1,407 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/kcp-dev/mount-apiserver/pkg/cmd/server/options"
+	clientset "github.com/kcp-dev/mount-apiserver/pkg/generated/clientset/versioned"
+	"github.com/kcp-dev/mount-apiserver/test/integration/framework"
+)
+
+// kcpEnv is mount-apiserver behind the kcp harness (framework.Kcp, which does what DESIGN.md
+// section 1 observed kcp do; kcp itself cannot be built here): two consumer workspaces
+// root:ws-a and root:ws-b, each a real kube-apiserver holding RBAC and Secrets, and a real
+// remote kube-apiserver for URL mounts.
+type kcpEnv struct {
+	kcp      *framework.Kcp
+	server   *framework.Server
+	a, b     *framework.KubeAPIServer
+	remote   *framework.KubeAPIServer
+	provider clientset.Interface // through the APIExport's virtual workspace, all clusters
+}
+
+const (
+	kcpClusterA = "2a2a2a2a"
+	kcpClusterB = "2b2b2b2b"
+)
+
+func startKcpEnv(t *testing.T, version framework.KcpVersion, modify func(*options.Options)) *kcpEnv {
+	t.Helper()
+	ctx := context.Background()
+	e := &kcpEnv{kcp: framework.StartKcp(t, version)}
+	for _, k := range []**framework.KubeAPIServer{&e.a, &e.b, &e.remote} {
+		kube, err := framework.StartKubeAPIServer(ctx, t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(kube.Stop)
+		*k = kube
+	}
+	e.kcp.AddWorkspace("root:ws-a", kcpClusterA, e.a, true)
+	e.kcp.AddWorkspace("root:ws-b", kcpClusterB, e.b, true)
+	e.kcp.AddUser("alice-token", framework.KcpUser{Name: "alice", Groups: []string{"team-a"}})
+	e.kcp.AddUser("bob-token", framework.KcpUser{Name: "bob", Groups: []string{"team-b"}})
+	e.kcp.AddUser("carol-token", framework.KcpUser{Name: "carol"})
+	grant(t, e.a, "alice", "mounts-editor", mountsEditor...)
+	grant(t, e.b, "bob", "mounts-editor", mountsEditor...)
+	grant(t, e.a, "carol", "mounts-viewer", rbacv1.PolicyRule{APIGroups: []string{"mounts.kcp.io"}, Resources: []string{"mounts", "mounts/status"}, Verbs: []string{"get", "list", "watch"}})
+	for _, k := range []*framework.KubeAPIServer{e.a, e.b} {
+		// kcp would let the provider review access in the workspaces that bind its export
+		// only if they grant it; the test grants it.
+		grant(t, k, framework.KcpProviderUser, "mount-provider-reviews", rbacv1.PolicyRule{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}})
+	}
+
+	e.server = framework.StartInProcess(t, "", func(o *options.Options) {
+		if err := e.kcp.Configure(o); err != nil {
+			t.Fatal(err)
+		}
+		if modify != nil {
+			modify(o)
+		}
+	})
+	if err := e.kcp.ServeMounts(e.server.URL, e.server.CAData); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	if e.provider, err = clientset.NewForConfig(e.kcp.Config("provider-token", "")); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// mountsEditor is what an editor of Mounts holds in a consumer workspace: Mounts, the proxy,
+// lending, and reading the Secrets its mounts reference.
+var mountsEditor = []rbacv1.PolicyRule{
+	{APIGroups: []string{"mounts.kcp.io"}, Resources: []string{"mounts", "mounts/status", "mounts/proxy"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete", "lend"}},
+	{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "create"}},
+	{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"create"}},
+}
+
+func grant(t *testing.T, k *framework.KubeAPIServer, userName, role string, rules ...rbacv1.PolicyRule) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := k.Client.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: role + "-" + userName}, Rules: rules}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.Client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: role + "-" + userName},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role + "-" + userName},
+		Subjects:   []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: userName}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// kubectl runs the real kubectl as token in workspace path of the harness.
+func (e *kcpEnv) kubectl(t *testing.T, token, path string, args ...string) (string, error) {
+	t.Helper()
+	kubeconfig, err := e.kcp.Kubeconfig(token, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("kubectl", append([]string{"--kubeconfig", kubeconfig}, args...)...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+func (e *kcpEnv) mustKubectl(t *testing.T, token, path string, args ...string) string {
+	t.Helper()
+	out, err := e.kubectl(t, token, path, args...)
+	if err != nil {
+		t.Fatalf("kubectl %s (as %s in %s): %v\n%s", strings.Join(args, " "), token, path, err, out)
+	}
+	return out
+}
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(file, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+// TestKcpConsumerWorkspaces drives Mounts with real kubectl through the kcp harness in two
+// consumer workspaces, as kcp v0.32.3 forwards them (no caller identity): each workspace sees
+// only its own, the provider's wildcard watch through the APIExport's virtual workspace sees
+// both, discovery and explain work, and kcp's RBAC decides who may proxy.
+func TestKcpConsumerWorkspaces(t *testing.T) {
+	e := startKcpEnv(t, framework.KcpV0323, apiOnly)
+	ctx := context.Background()
+
+	all, err := e.provider.MountsV1alpha1().Mounts().Watch(ctx, metav1.ListOptions{})
+	if err == nil {
+		all.Stop()
+		t.Fatal("a watch at kcp's base URL, outside any workspace, was served")
+	}
+	provider, err := clientset.NewForConfig(func() *rest.Config {
+		c := e.kcp.Config("provider-token", "")
+		c.Host = e.kcp.APIExportURL() + "/clusters/*"
+		return c
+	}())
+	if err != nil {
+		t.Fatal(err)
+	}
+	watchAll, err := provider.MountsV1alpha1().Mounts().Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatalf("the provider's wildcard watch through the APIExport's virtual workspace: %v", err)
+	}
+	defer watchAll.Stop()
+
+	file := writeFile(t, "mount.yaml", "apiVersion: mounts.kcp.io/v1alpha1\nkind: Mount\nmetadata: {name: team}\nspec: {type: Workspace, ref: {name: \"root:ws-b\"}}\n")
+	e.mustKubectl(t, "alice-token", "root:ws-a", "apply", "-f", file)
+	e.mustKubectl(t, "bob-token", "root:ws-b", "apply", "--server-side", "-f", file)
+	e.mustKubectl(t, "alice-token", "root:ws-a", "create", "-f", writeFile(t, "other.yaml", "apiVersion: mounts.kcp.io/v1alpha1\nkind: Mount\nmetadata: {name: only-a}\nspec: {type: Redirect, ref: {name: \"root:ws-b\"}}\n"))
+
+	for _, c := range []struct{ token, path, want string }{
+		{"alice-token", "root:ws-a", "only-a@" + kcpClusterA + " team@" + kcpClusterA},
+		{"bob-token", "root:ws-b", "team@" + kcpClusterB},
+		{"carol-token", "root:ws-a", "only-a@" + kcpClusterA + " team@" + kcpClusterA},
+	} {
+		out := e.mustKubectl(t, c.token, c.path, "get", "mounts", "-o", `jsonpath={range .items[*]}{.metadata.name}@{.metadata.annotations.kcp\.io/cluster}{" "}{end}`)
+		if strings.TrimSpace(out) != c.want {
+			t.Errorf("%s in %s sees %q, want %q", c.token, c.path, out, c.want)
+		}
+	}
+	// Bob may not use ws-a at all; a workspace he has no rights in looks like any other.
+	if out, err := e.kubectl(t, "bob-token", "root:ws-a", "get", "mounts"); err == nil || !strings.Contains(out, "forbidden") {
+		t.Errorf("bob lists mounts of ws-a: %v\n%s", err, out)
+	}
+	// The wildcard path is the provider's: kcp refuses it to consumers.
+	if out, err := e.kubectl(t, "alice-token", "*", "get", "mounts"); err == nil {
+		t.Errorf("alice listed mounts of all workspaces:\n%s", out)
+	}
+
+	seen := map[string]bool{}
+	deadline := time.After(30 * time.Second)
+	for len(seen) < 3 {
+		select {
+		case ev := <-watchAll.ResultChan():
+			m, ok := ev.Object.(interface{ GetAnnotations() map[string]string })
+			if !ok {
+				t.Fatalf("wildcard watch: %v", ev.Object)
+			}
+			meta := ev.Object.(metav1.Object)
+			seen[m.GetAnnotations()["kcp.io/cluster"]+"/"+meta.GetName()] = true
+		case <-deadline:
+			t.Fatalf("the wildcard watch saw %v, want both workspaces' mounts", seen)
+		}
+	}
+	if !seen[kcpClusterA+"/team"] || !seen[kcpClusterB+"/team"] || !seen[kcpClusterA+"/only-a"] {
+		t.Errorf("wildcard watch saw %v", seen)
+	}
+
+	if out := e.mustKubectl(t, "alice-token", "root:ws-a", "api-resources", "--api-group", "mounts.kcp.io"); !strings.Contains(out, "Mount") {
+		t.Errorf("api-resources through kcp:\n%s", out)
+	}
+	if out := e.mustKubectl(t, "alice-token", "root:ws-a", "explain", "mount.spec.type"); !strings.Contains(out, "FIELD: type <string>") {
+		t.Errorf("explain through kcp:\n%s", out)
+	}
+
+	// A watch in one workspace sees its own changes only.
+	w := exec.Command("kubectl", "--kubeconfig", mustKubeconfig(t, e.kcp, "bob-token", "root:ws-b"), "get", "mounts", "-w", "--output-watch-events", "--no-headers", "-o", "custom-columns=EVENT:.type,NAME:.object.metadata.name")
+	stdout, err := w.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Process.Kill(); _ = w.Wait() })
+	e.mustKubectl(t, "alice-token", "root:ws-a", "delete", "mount", "team")
+	e.mustKubectl(t, "bob-token", "root:ws-b", "delete", "mount", "team")
+	lines := make(chan string, 16)
+	go func() {
+		buf := make([]byte, 4096)
+		var acc string
+		for {
+			n, err := stdout.Read(buf)
+			acc += string(buf[:n])
+			for {
+				line, rest, ok := strings.Cut(acc, "\n")
+				if !ok {
+					break
+				}
+				lines <- line
+				acc = rest
+			}
+			if err != nil {
+				close(lines)
+				return
+			}
+		}
+	}()
+	var events []string
+	timeout := time.After(30 * time.Second)
+	for !strings.Contains(strings.Join(events, ","), "DELETED") {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("kubectl get -w ended: %v", events)
+			}
+			events = append(events, strings.Join(strings.Fields(l), " "))
+		case <-timeout:
+			t.Fatalf("kubectl get -w in ws-b saw %v, want its mount's deletion", events)
+		}
+	}
+	if got := strings.Join(events, ","); got != "ADDED team,DELETED team" {
+		t.Errorf("kubectl get -w in ws-b: %q, want its own mount added and deleted only", got)
+	}
+
+	// What went to mount-apiserver carried no credentials or identity of the caller: kcp
+	// v0.32.3 strips them all and names nobody.
+	for _, f := range e.kcp.Forwarded() {
+		for key := range f.Header {
+			if key == "Authorization" || strings.HasPrefix(key, "Impersonate-") || strings.HasPrefix(key, "X-Remote-") {
+				t.Errorf("forwarded %s with %s", f.Path, key)
+			}
+		}
+	}
+}
+
+func mustKubeconfig(t *testing.T, k *framework.Kcp, token, path string) string {
+	t.Helper()
+	file, err := k.Kubeconfig(token, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+// TestKcpURLMountIdentity proxies a URL mount of a consumer workspace, whose kubeconfig
+// Secret lives in that workspace and is read through the APIExport's permission claim, to a
+// real remote kube-apiserver. kcp v0.32.3 names no caller: a mount that impersonates its
+// callers refuses such requests, one with its own credentials serves them; kcp main's
+// X-Remote-* and the front-proxy's mapping carry the caller, who reaches the target as
+// themself. A user without mounts/proxy in the workspace is refused by kcp.
+func TestKcpURLMountIdentity(t *testing.T) {
+	for _, version := range []framework.KcpVersion{framework.KcpV0323, framework.KcpMain} {
+		t.Run(string(version), func(t *testing.T) {
+			e := startKcpEnv(t, version, apiOnly)
+			ctx := context.Background()
+			kubeconfig, err := framework.KubeconfigBytes(e.remote.AdminConfig)
+			if err != nil {
+				t.Fatal(err)
+			}
+			aliceWS, err := kubernetes.NewForConfig(e.kcp.Config("alice-token", "root:ws-a"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := aliceWS.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "clusters"}}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := aliceWS.CoreV1().Secrets("clusters").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "remote"}, Data: map[string][]byte{"kubeconfig": kubeconfig}}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			urlMountYAML := func(name, mode string) string {
+				return writeFile(t, name+".yaml", "apiVersion: mounts.kcp.io/v1alpha1\nkind: Mount\nmetadata: {name: "+name+"}\nspec: {type: URL, ref: {namespace: clusters, name: remote}, identity: {mode: "+mode+"}}\n")
+			}
+
+			// Creating a URL mount needs the Secret's reader: a caller kcp names.
+			out, err := e.kubectl(t, "alice-token", "root:ws-a", "create", "-f", urlMountYAML("as-caller", "Impersonate"))
+			if version == framework.KcpV0323 {
+				if err == nil || !strings.Contains(out, "without naming its caller") {
+					t.Fatalf("kcp v0.32.3 created a URL mount for nobody: %v\n%s", err, out)
+				}
+				// The front-proxy's mapping names the caller.
+				mapping := mustKubeconfigAt(t, e, "alice-token", framework.KcpMountsMapping+"/clusters/"+kcpClusterA)
+				for _, m := range []struct{ name, mode string }{{"as-caller", "Impersonate"}, {"as-mount", "MountCredentials"}} {
+					if out, err := runKubectl(mapping, "create", "-f", urlMountYAML(m.name, m.mode)); err != nil {
+						t.Fatalf("creating %s through the front-proxy mapping: %v\n%s", m.name, err, out)
+					}
+				}
+			} else {
+				if err != nil {
+					t.Fatalf("kcp main: %v\n%s", err, out)
+				}
+				e.mustKubectl(t, "alice-token", "root:ws-a", "create", "-f", urlMountYAML("as-mount", "MountCredentials"))
+			}
+			// Carol may read mounts but not lend: the lending check asks kcp's RBAC.
+			if out, err := runKubectl(mustKubeconfigAt(t, e, "carol-token", framework.KcpMountsMapping+"/clusters/"+kcpClusterA), "create", "-f", urlMountYAML("carols", "Impersonate")); err == nil || !strings.Contains(out, "forbidden") {
+				t.Errorf("carol created a URL mount: %v\n%s", err, out)
+			}
+
+			// kubectl's --raw paths are absolute: they name the workspace or the mapping.
+			viaKcp := func(name string) string {
+				return "/clusters/root:ws-a/apis/mounts.kcp.io/v1alpha1/mounts/" + name + "/proxy/apis/authentication.k8s.io/v1/selfsubjectreviews"
+			}
+			viaMapping := func(name string) string {
+				return framework.KcpMountsMapping + "/clusters/" + kcpClusterA + "/apis/mounts.kcp.io/v1alpha1/mounts/" + name + "/proxy/apis/authentication.k8s.io/v1/selfsubjectreviews"
+			}
+			whoami := func(out string) string {
+				var review struct {
+					Status struct {
+						UserInfo struct {
+							Username string `json:"username"`
+						} `json:"userInfo"`
+					} `json:"status"`
+				}
+				if err := json.Unmarshal([]byte(out), &review); err != nil {
+					return "(" + out + ")"
+				}
+				return review.Status.UserInfo.Username
+			}
+			review := writeFile(t, "review.json", `{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}`)
+
+			// Through kcp's virtual storage.
+			out, err = e.kubectl(t, "alice-token", "", "create", "--raw", viaKcp("as-caller"), "-f", review)
+			if version == framework.KcpV0323 {
+				if err == nil || !strings.Contains(out, "without naming its caller") {
+					t.Errorf("kcp v0.32.3: a mount impersonating its callers served a request of nobody: %v\n%s", err, out)
+				}
+			} else if err != nil || whoami(out) != "alice" {
+				t.Errorf("kcp main: the target saw %q (%v), want alice", whoami(out), err)
+			}
+			out, err = e.kubectl(t, "alice-token", "", "create", "--raw", viaKcp("as-mount"), "-f", review)
+			if who := whoami(out); err != nil || who == "alice" || who == "" || strings.HasPrefix(who, "(") {
+				t.Errorf("a mount with its own credentials: the target saw %q (%v)", whoami(out), err)
+			}
+			// Through the front-proxy's mapping, as a mounted workspace's status.URL is called.
+			mapping := mustKubeconfigAt(t, e, "alice-token", framework.KcpMountsMapping+"/clusters/"+kcpClusterA)
+			if out, err := runKubectl(mapping, "create", "--raw", viaMapping("as-caller"), "-f", review); err != nil || whoami(out) != "alice" {
+				t.Errorf("through the front-proxy mapping the target saw %q (%v), want alice", whoami(out), err)
+			}
+			// Carol lacks mounts/proxy: kcp refuses her, and so does the mapping.
+			if out, err := e.kubectl(t, "carol-token", "", "create", "--raw", viaKcp("as-mount"), "-f", review); err == nil || !strings.Contains(out, "forbidden") {
+				t.Errorf("carol proxied through kcp: %v\n%s", err, out)
+			}
+			if out, err := runKubectl(mustKubeconfigAt(t, e, "carol-token", framework.KcpMountsMapping+"/clusters/"+kcpClusterA), "create", "--raw", viaMapping("as-mount"), "-f", review); err == nil || !strings.Contains(out, "forbidden") {
+				t.Errorf("carol proxied through the front-proxy mapping: %v\n%s", err, out)
+			}
+			// Bob's workspace has no such mount; his rights are not alice's.
+			if out, err := runKubectl(mustKubeconfigAt(t, e, "bob-token", framework.KcpMountsMapping+"/clusters/"+kcpClusterA), "create", "--raw", viaMapping("as-caller"), "-f", review); err == nil {
+				t.Errorf("bob proxied through alice's mount: %s", out)
+			}
+		})
+	}
+}
+
+func mustKubeconfigAt(t *testing.T, e *kcpEnv, token, path string) string {
+	t.Helper()
+	cfg := e.kcp.Config(token, "")
+	cfg.Host += path
+	data, err := framework.KubeconfigBytes(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return writeFile(t, token+".kubeconfig", string(data))
+}
+
+func runKubectl(kubeconfig string, args ...string) (string, error) {
+	out, err := exec.Command("kubectl", append([]string{"--kubeconfig", kubeconfig}, args...)...).CombinedOutput()
+	return string(out), err
+}
