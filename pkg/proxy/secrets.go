@@ -37,9 +37,9 @@ const DefaultSecretIdleTimeout = 10 * time.Minute
 // is no longer watched; reading it again watches it again.
 type WatchedSecrets struct {
 	clientFor func(clusters.Name) (kubernetes.Interface, error)
-	ctx      context.Context
-	syncWait time.Duration
-	idle     time.Duration
+	ctx       context.Context
+	syncWait  time.Duration
+	idle      time.Duration
 
 	mu        sync.Mutex
 	watchers  map[secretKey]*secretWatcher
