@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	goruntime "runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -27,10 +26,7 @@ import (
 	"github.com/kcp-dev/mount-apiserver/test/integration/framework"
 )
 
-func kcpArtifacts() string {
-	_, file, _, _ := goruntime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "artifacts", "kcp")
-}
+func kcpArtifacts() string { return filepath.Join(framework.RepoRoot(), "artifacts", "kcp") }
 
 // shape is what a schema says about a field that a client relies on: its type and format,
 // the names and shapes of its fields, which are required, the enum values, and how lists
