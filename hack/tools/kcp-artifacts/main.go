@@ -1,6 +1,3 @@
-// Command kcp-artifacts writes the generated files of the artifacts/kcp bundle: the
-// APIResourceSchema of Mounts, derived from the OpenAPI the server serves, and the APIExports
-// that reference it by name. hack/update-codegen.sh runs it after the OpenAPI generator.
 package main
 
 import (
