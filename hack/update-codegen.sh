@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Regenerates everything generated in this repository: deepcopy, defaulters, conversions and
 # OpenAPI definitions next to the API types, and the typed clientset, apply configurations,
-# listers and informers under pkg/generated. Uses kube_codegen.sh from the code-generator
-# module pinned in go.mod, so the generators match the k8s.io libraries we build against.
+# listers and informers under pkg/generated, and the generated files of the kcp bundle
+# (artifacts/kcp: the APIResourceSchema of Mounts and the APIExports naming it). Uses
+# kube_codegen.sh from the code-generator module pinned in go.mod, so the generators match the
+# k8s.io libraries we build against.
 set -o errexit -o nounset -o pipefail
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -44,3 +46,7 @@ kube::codegen::gen_client \
     --output-pkg "${MODULE}/pkg/generated" \
     --boilerplate "${BOILERPLATE}" \
     "${REPO_ROOT}/pkg/apis"
+
+# The kcp bundle: the APIResourceSchema of Mounts from the OpenAPI generated above (named by a
+# hash of its content, since kcp refuses changes to a schema) and the APIExports that name it.
+go run ./hack/tools/kcp-artifacts --output-dir "${REPO_ROOT}/artifacts/kcp"

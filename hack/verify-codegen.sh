@@ -11,7 +11,7 @@ tar -C "${REPO_ROOT}" --exclude=.git --exclude=.mount-apiserver -cf - . | tar -C
 "${SCRATCH}/hack/update-codegen.sh"
 
 status=0
-for dir in pkg hack; do
+for dir in pkg hack artifacts; do
     if ! diff -Naupr "${REPO_ROOT}/${dir}" "${SCRATCH}/${dir}"; then
         status=1
     fi
