@@ -377,6 +377,48 @@ func TestWorkspaceMounts(t *testing.T) {
 		t.Errorf("bob lists namespaces of the workspace: %v, want the workspace's Forbidden for bob", err)
 	}
 
+	// An upgrade through the workspace: kubectl exec reaches a pod of the workspace as the
+	// caller (pods/exec is granted to the admin in the workspace).
+	kubelet, err := framework.StartKubelet(ctx, kube, "ws-node")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kubelet.Stop)
+	if err := kubelet.CreatePod(ctx, "apps", "app"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kube.Client.RbacV1().Roles("apps").Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "exec"},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},
+			{APIGroups: []string{""}, Resources: []string{"pods/exec"}, Verbs: []string{"get", "create"}},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kube.Client.RbacV1().RoleBindings("apps").Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "exec"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "exec"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: pki.AdminUser}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if out := mustKubectl(t, s, "--server="+s.URL+proxyOf+"team/proxy", "-n", "apps", "exec", "app", "--", "echo", "through kcp"); out != "through kcp\n" {
+		t.Errorf("kubectl exec through the Workspace mount: %q", out)
+	}
+	execSeen := false
+	for _, r := range front.requests() {
+		if strings.HasPrefix(r.path, "/clusters/"+targetCluster+"/api/v1/namespaces/apps/pods/app/exec") {
+			execSeen = true
+			if r.caller != "mount-provider" || r.as != pki.AdminUser {
+				t.Errorf("kcp saw the exec as %+v, want the provider impersonating %s", r, pki.AdminUser)
+			}
+		}
+	}
+	if !execSeen {
+		t.Errorf("kcp saw no exec request: %+v", front.requests())
+	}
+
 	// Redirect: 307 to the workspace's URL with path and query, not proxied.
 	httpClient, err := rest.HTTPClientFor(s.Config)
 	if err != nil {
