@@ -110,6 +110,8 @@ func (p *Proxier) resolveWorkspace(ctx context.Context, m *mounts.Mount) (kcp.Wo
 		return ws, &CredentialsError{ReasonWorkspaceNotFound, fmt.Sprintf("mount %q: workspace %s does not exist", m.Name, path)}
 	case apierrors.IsForbidden(err):
 		return ws, &CredentialsError{ReasonWorkspaceNotFound, fmt.Sprintf("mount %q: kcp does not let this server see workspace %s (the provider needs get on workspaces in its parent); it may not exist", m.Name, path)}
+	case apierrors.IsUnauthorized(err):
+		return ws, &CredentialsError{ReasonKcpCredentials, fmt.Sprintf("mount %q: kcp does not accept this server's kcp credentials (--kcp-kubeconfig) to resolve workspace %s", m.Name, path)}
 	case apierrors.IsBadRequest(err):
 		return ws, &CredentialsError{ReasonWorkspaceNotFound, fmt.Sprintf("mount %q: %v", m.Name, err)}
 	case errors.As(err, &status):
