@@ -185,7 +185,7 @@ func impersonation(m *mounts.Mount, caller user.Info) (*transport.ImpersonationC
 	}
 	if kcp.HasNoIdentity(caller) {
 		return nil, apierrors.NewForbidden(mounts.Resource("mounts/proxy"), m.Name,
-			fmt.Errorf("mount %q reaches its target under the caller's identity, and this request names no caller: kcp v0.32.3 forwards requests to this server without the caller's identity, so there is nobody to impersonate; call this server directly, or through a kcp that forwards the caller (X-Remote-User over the shard's client certificate)", m.Name))
+			fmt.Errorf("mount %q reaches its target under the caller's identity, and this request names no caller: kcp v0.32.3 forwards requests to this server without the caller's identity, so there is nobody to impersonate; use a URL mount with identity mode %s, call this server directly, or go through a kcp that forwards the caller (X-Remote-User over the shard's client certificate)", m.Name, mounts.IdentityModeMountCredentials))
 	}
 	if slices.Contains(caller.GetGroups(), user.SystemPrivilegedGroup) {
 		return nil, apierrors.NewForbidden(mounts.Resource("mounts/proxy"), m.Name,
