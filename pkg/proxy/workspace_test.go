@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -257,6 +259,24 @@ func TestWorkspaceAndRedirectMounts(t *testing.T) {
 				t.Errorf("mount %s: code %d, want 503", c.mount.Name, s.Status().Code)
 			}
 		}
+	}
+
+	// A token file (a projected service account token, say) is read for every request.
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("provider"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fromFile := rest.CopyConfig(kcpConfig)
+	fromFile.BearerToken, fromFile.BearerTokenFile = "", tokenFile
+	withFile := &Proxier{Transports: NewTransports(TransportOptions{}, nil), Workspaces: resolver, Kcp: fromFile}
+	h, err = withFile.Handler(ctx, mount("ws", mounts.MountTypeWorkspace, "root:org:team", mounts.IdentityModeImpersonate), "api")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequestWithContext(ctx, http.MethodGet, "/apis/mounts.kcp.io/v1alpha1/mounts/ws/proxy/api", nil))
+	if all := k.recorded(); rec.Code != http.StatusOK || all[len(all)-1].Header.Get("Authorization") != "Bearer provider" {
+		t.Errorf("with a token file: %d %s", rec.Code, rec.Body)
 	}
 
 	// Without kcp configured, neither type is served.
