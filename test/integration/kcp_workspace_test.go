@@ -74,7 +74,7 @@ const (
 	targetPath    = "root:org:team"
 )
 
-func startKcpFront(t *testing.T, kube *framework.KubeAPIServer) *kcpFront {
+func startKcpFront(t testing.TB, kube *framework.KubeAPIServer) *kcpFront {
 	t.Helper()
 	f := &kcpFront{}
 	var err error
@@ -227,7 +227,7 @@ func (f *kcpFront) requests() []frontRequest {
 }
 
 // providerKubeconfig is --kcp-kubeconfig: kcp's base URL and the provider's certificate.
-func (f *kcpFront) providerKubeconfig(t *testing.T) string {
+func (f *kcpFront) providerKubeconfig(t testing.TB) string {
 	certPEM, keyPEM, err := f.provider.IssuePEM(&x509.Certificate{
 		Subject:     pkix.Name{CommonName: "mount-provider"},
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
@@ -499,4 +499,60 @@ func withCA(t *testing.T, s *framework.Server, ca []byte) *framework.Server {
 	copied := *s
 	copied.Kubeconfig = path
 	return &copied
+}
+
+// BenchmarkWorkspaceMount: GET /version of a workspace straight from kcp (the stand-in, as the
+// provider) and through a Workspace mount (resolution cached, the provider impersonating the
+// caller), both over kept-alive connections. Run with:
+//
+//	go test ./test/integration -run '^$' -bench BenchmarkWorkspaceMount -benchtime 2000x
+func BenchmarkWorkspaceMount(b *testing.B) {
+	ctx := context.Background()
+	kube, err := framework.StartKubeAPIServer(ctx, b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(kube.Stop)
+	front := startKcpFront(b, kube)
+	kubeconfig := front.providerKubeconfig(b)
+	s := framework.StartInProcess(b, "", func(o *options.Options) {
+		o.KcpMode = true
+		apiOnly(o)
+		o.Kcp.Kubeconfig = kubeconfig
+	})
+	mountsClient, err := clientset.NewForConfig(func() *rest.Config { c := rest.CopyConfig(s.Config); c.Host += "/clusters/ws-a"; return c }())
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := mountsClient.MountsV1alpha1().Mounts().Create(ctx, &v1alpha1.Mount{
+		ObjectMeta: metav1.ObjectMeta{Name: "team"},
+		Spec:       v1alpha1.MountSpec{Type: v1alpha1.MountTypeWorkspace, Ref: v1alpha1.ObjectReference{Kind: "Workspace", Name: targetPath}},
+	}, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	provider, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		b.Fatal(err)
+	}
+	get := func(b *testing.B, cfg *rest.Config, url string) {
+		client, err := rest.HTTPClientFor(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			resp, err := client.Get(url)
+			if err != nil {
+				b.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				b.Fatalf("%s: %d", url, resp.StatusCode)
+			}
+		}
+	}
+	b.Run("kcp-direct", func(b *testing.B) { get(b, provider, front.URL+"/clusters/"+targetCluster+"/version") })
+	b.Run("workspace-mount", func(b *testing.B) {
+		get(b, s.Config, s.URL+"/clusters/ws-a/apis/mounts.kcp.io/v1alpha1/mounts/team/proxy/version")
+	})
 }
