@@ -176,37 +176,35 @@ func (r *KcpWorkspaceResolver) ResolveWorkspace(ctx context.Context, path string
 	if !waiting {
 		op = &resolving{done: make(chan struct{})}
 		r.inflight[path] = op
+		// The request is shared by every caller waiting for this path: one caller going
+		// away must not fail the others, so it runs on its own, bounded by the timeout.
+		go r.resolve(klog.NewContext(context.Background(), klog.FromContext(ctx)), path, op)
 	}
 	r.mu.Unlock()
 
-	if waiting {
-		select {
-		case <-op.done:
-			return op.ws, op.err
-		case <-ctx.Done():
-			return Workspace{}, fmt.Errorf("waiting for kcp to resolve workspace %s: %w", path, ctx.Err())
-		}
+	select {
+	case <-op.done:
+		return op.ws, op.err
+	case <-ctx.Done():
+		return Workspace{}, fmt.Errorf("waiting for kcp to resolve workspace %s: %w", path, ctx.Err())
 	}
+}
 
-	// The request is shared by every caller waiting for this path: one caller going away
-	// must not fail the others.
-	fetchCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.opts.Timeout)
+// resolve asks kcp for path, caches the answer and hands it to the callers waiting on op.
+func (r *KcpWorkspaceResolver) resolve(ctx context.Context, path string, op *resolving) {
+	fetchCtx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
 	op.ws, op.err = r.fetch(fetchCtx, path)
 	cancel()
-	if op.err != nil {
-		klog.FromContext(ctx).V(2).Info("Resolving a workspace failed", "path", path, "err", op.err.Error())
-	}
-
 	ttl := r.opts.TTL
 	if op.err != nil {
 		ttl = r.opts.ErrorTTL
+		klog.FromContext(ctx).V(2).Info("Resolving a workspace failed", "path", path, "err", op.err.Error())
 	}
 	r.mu.Lock()
 	delete(r.inflight, path)
 	r.store(path, &resolved{ws: op.ws, err: op.err, expires: time.Now().Add(ttl)})
 	r.mu.Unlock()
 	close(op.done)
-	return op.ws, op.err
 }
 
 // store caches e, first dropping expired entries, or else any one, when the cache is full.
