@@ -22,7 +22,8 @@ type Workspace struct {
 }
 
 // WorkspaceResolver resolves workspace paths through kcp. A workspace that does not exist is
-// an apierrors NotFound.
+// an apierrors NotFound (Forbidden when kcp hides it from the resolver's identity), a path
+// that is not a workspace path a BadRequest. KcpWorkspaceResolver implements it.
 type WorkspaceResolver interface {
 	ResolveWorkspace(ctx context.Context, path string) (Workspace, error)
 }

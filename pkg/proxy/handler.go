@@ -44,6 +44,13 @@ type Proxier struct {
 	// MaxHops is how many mount proxies a request may have passed before this one; 0 means
 	// DefaultMaxHops.
 	MaxHops int
+	// Workspaces resolves the workspaces of Workspace and Redirect mounts (kcp mode with
+	// --kcp-kubeconfig); nil serves neither type.
+	Workspaces kcp.WorkspaceResolver
+	// Kcp is the provider's client configuration for kcp (--kcp-kubeconfig): Workspace mounts
+	// are proxied to its host, kcp's base URL, with its credentials, impersonating the
+	// caller. nil serves no Workspace mounts.
+	Kcp *rest.Config
 }
 
 func (p *Proxier) maxHops() int {
@@ -116,7 +123,7 @@ func (p *Proxier) Target(ctx context.Context, m *mounts.Mount) (*Target, error) 
 }
 
 func unsupportedType(m *mounts.Mount) *CredentialsError {
-	return &CredentialsError{ReasonUnsupportedType, fmt.Sprintf("mount %q has type %s, which is served only in kcp mode; this server proxies type URL", m.Name, m.Spec.Type)}
+	return &CredentialsError{ReasonUnsupportedType, fmt.Sprintf("mount %q has type %s, which is served only in kcp mode with --kcp-kubeconfig; this server proxies type URL", m.Name, m.Spec.Type)}
 }
 
 // Forget lets go of what the proxy keeps for a deleted mount: its share of a Target and its
@@ -137,7 +144,13 @@ func (p *Proxier) Handler(ctx context.Context, m *mounts.Mount, innerPath string
 		return nil, apierrors.NewUnauthorized("no user in the request")
 	}
 	// The true reason first: a mount this server cannot serve is not a matter of identity.
-	if m.Spec.Type != mounts.MountTypeURL {
+	switch m.Spec.Type {
+	case mounts.MountTypeURL:
+	case mounts.MountTypeWorkspace:
+		return p.workspaceHandler(ctx, m, caller, innerPath)
+	case mounts.MountTypeRedirect:
+		return p.redirectHandler(ctx, m, innerPath)
+	default:
 		return nil, unsupportedType(m)
 	}
 	imp, err := impersonation(m, caller)
@@ -162,7 +175,9 @@ func (p *Proxier) Handler(ctx context.Context, m *mounts.Mount, innerPath string
 
 // impersonation returns how the caller is carried to the target: nil for MountCredentials,
 // the caller's identity (prefixed) for Impersonate. system:masters is never impersonated: a
-// host's superuser is no superuser of every mounted cluster.
+// host's superuser is no superuser of every mounted cluster. A request kcp forwarded without
+// naming its caller has nobody to impersonate. This server's own marker group of requests
+// kcp authorized means nothing to a target and is not sent.
 func impersonation(m *mounts.Mount, caller user.Info) (*transport.ImpersonationConfig, error) {
 	id := m.Spec.Identity
 	if id.Mode == mounts.IdentityModeMountCredentials {
@@ -180,6 +195,9 @@ func impersonation(m *mounts.Mount, caller user.Info) (*transport.ImpersonationC
 	}
 	groups := make([]string, 0, len(caller.GetGroups()))
 	for _, g := range caller.GetGroups() {
+		if g == kcp.AuthorizedByKcpGroup {
+			continue
+		}
 		groups = append(groups, id.GroupPrefix+g)
 	}
 	return &transport.ImpersonationConfig{

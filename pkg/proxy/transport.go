@@ -52,6 +52,9 @@ func (t *Target) RoundTrippers(imp *transport.ImpersonationConfig) (http.RoundTr
 // so 10,000 mounts of one cluster share one connection pool; any change of a part (a rotated
 // Secret, another CA override or connect timeout) means another Target.
 type TargetKey struct {
+	// Provider, when set, names credentials of the server's own instead of a Secret:
+	// TargetProviderKcp for kcp (Workspace mounts).
+	Provider                                           string
 	SecretNamespace, SecretName, SecretResourceVersion string
 	// CABundle is spec.caBundle as a string (comparable).
 	CABundle       string
@@ -365,8 +368,10 @@ func (t *Transports) newTarget(cfg *rest.Config, caOverride []byte, connectTimeo
 	}
 
 	// The mount's credentials (bearer token or basic auth) ride on every request; client
-	// certificates are in the TLS configuration.
-	authCfg := &rest.Config{BearerToken: cfg.BearerToken, Username: cfg.Username, Password: cfg.Password}
+	// certificates are in the TLS configuration. A token file is only possible in the
+	// server's own kubeconfigs (a Secret's kubeconfig may not name files); it is re-read as
+	// it rotates.
+	authCfg := &rest.Config{BearerToken: cfg.BearerToken, BearerTokenFile: cfg.BearerTokenFile, Username: cfg.Username, Password: cfg.Password}
 	rt, err := rest.HTTPWrappersForConfig(authCfg, plain)
 	if err != nil {
 		return nil, fmt.Errorf("%w: credentials are unusable", ErrCredentials)

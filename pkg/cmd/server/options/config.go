@@ -139,6 +139,9 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 		// Mounts of one target share a probe result for a third of the probe interval.
 		Probes: &proxy.ProbeCache{TTL: o.StatusProbeInterval / 3},
 	}
+	if err := o.applyKcpWorkspaces(cfg.Extra.Proxier); err != nil {
+		return nil, err
+	}
 
 	namer := openapinamer.NewDefinitionNamer(mountapiserver.Scheme)
 	generic.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(generatedopenapi.GetOpenAPIDefinitions, namer)
