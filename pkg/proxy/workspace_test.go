@@ -247,7 +247,7 @@ func TestWorkspaceAndRedirectMounts(t *testing.T) {
 		{mount("gone", mounts.MountTypeRedirect, "root:org:gone", mounts.IdentityModeImpersonate), alice, isReason(ReasonWorkspaceNotFound), "workspace root:org:gone does not exist"},
 		{mount("young", mounts.MountTypeWorkspace, "root:org:young", mounts.IdentityModeImpersonate), alice, isReason(ReasonWorkspaceNotReady), "workspace root:org:young is not ready: its phase is Initializing"},
 		{mount("lend", mounts.MountTypeWorkspace, "root:org:team", mounts.IdentityModeMountCredentials), alice, apierrors.IsForbidden, "never lent"},
-		{mount("ws", mounts.MountTypeWorkspace, "root:org:team", mounts.IdentityModeImpersonate), &user.DefaultInfo{Name: kcp.ForwardedWithoutIdentityUser}, apierrors.IsForbidden, "names no caller"},
+		{mount("ws", mounts.MountTypeWorkspace, "root:org:team", mounts.IdentityModeImpersonate), &user.DefaultInfo{Name: kcp.ForwardedWithoutIdentityUser}, apierrors.IsForbidden, "without naming its caller"},
 		{mount("ws", mounts.MountTypeWorkspace, "root:org:team", mounts.IdentityModeImpersonate), &user.DefaultInfo{Name: "root", Groups: []string{user.SystemPrivilegedGroup}}, apierrors.IsForbidden, user.SystemPrivilegedGroup},
 	} {
 		_, err := p.Handler(genericapirequest.WithUser(context.Background(), c.caller), c.mount, "api")
