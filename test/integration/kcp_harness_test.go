@@ -38,7 +38,7 @@ const (
 	kcpClusterB = "2b2b2b2b"
 )
 
-func startKcpEnv(t *testing.T, version framework.KcpVersion, modify func(*options.Options)) *kcpEnv {
+func startKcpEnv(t testing.TB, version framework.KcpVersion, modify func(*options.Options)) *kcpEnv {
 	t.Helper()
 	ctx := context.Background()
 	e := &kcpEnv{kcp: framework.StartKcp(t, version)}
@@ -90,7 +90,7 @@ var mountsEditor = []rbacv1.PolicyRule{
 	{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"create"}},
 }
 
-func grant(t *testing.T, k *framework.KubeAPIServer, userName, role string, rules ...rbacv1.PolicyRule) {
+func grant(t testing.TB, k *framework.KubeAPIServer, userName, role string, rules ...rbacv1.PolicyRule) {
 	t.Helper()
 	ctx := context.Background()
 	if _, err := k.Client.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: role + "-" + userName}, Rules: rules}, metav1.CreateOptions{}); err != nil {
