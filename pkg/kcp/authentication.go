@@ -57,9 +57,9 @@ func forwardedCaller(req *http.Request) (*authenticator.Response, bool, error) {
 // FrontProxyAuthenticator authenticates requests that kcp's front-proxy sends to a mounted
 // workspace's status.URL: its requestheader client certificate, and X-Remote-* naming the
 // caller. The front-proxy did not authorize the caller for this server's resources; these
-// requests are authorized like direct ones.
+// requests are authorized like direct ones: X-Remote-Group cannot claim AuthorizedByKcpGroup.
 func FrontProxyAuthenticator(verify x509request.VerifyOptionFunc, names headerrequest.StringSliceProvider) authenticator.Request {
-	return headerrequest.NewDynamicVerifyOptionsSecure(verify, names, remoteUserHeaders, remoteUIDHeaders, remoteGroupHeaders, remoteExtraHeaderPrefixe)
+	return NotAuthorizedByKcp(headerrequest.NewDynamicVerifyOptionsSecure(verify, names, remoteUserHeaders, remoteUIDHeaders, remoteGroupHeaders, remoteExtraHeaderPrefixe))
 }
 
 // NotAuthorizedByKcp keeps every authenticator but the shard's from claiming that kcp

@@ -148,3 +148,17 @@ func TestClusterAuthorizer(t *testing.T) {
 		t.Errorf("reviews of nobody: %v %q", got, reason)
 	}
 }
+
+// TestFrontProxyAuthenticator: the front-proxy names callers, but cannot claim kcp's
+// authorization for them.
+func TestFrontProxyAuthenticator(t *testing.T) {
+	ca, _ := pki.NewCA("front-proxy")
+	auth := FrontProxyAuthenticator(verifyWith(ca), headerrequest.StaticStringSlice{"kcp-front-proxy"})
+	resp, ok, err := auth.AuthenticateRequest(request(clientCert(t, ca, "kcp-front-proxy"), http.Header{"X-Remote-User": {"alice"}, "X-Remote-Group": {"team", AuthorizedByKcpGroup}}))
+	if !ok || err != nil || resp.User.GetName() != "alice" || !slices.Equal(resp.User.GetGroups(), []string{"team"}) {
+		t.Errorf("%v %v %+v", ok, err, resp)
+	}
+	if _, ok, _ := auth.AuthenticateRequest(request(clientCert(t, ca, "mallory"), http.Header{"X-Remote-User": {"alice"}})); ok {
+		t.Error("a certificate with a name not allowed authenticated")
+	}
+}

@@ -149,7 +149,13 @@ func (r *WorkspaceReviews) Authorize(ctx context.Context, attrs authorizer.Attri
 	if err != nil {
 		return authorizer.DecisionNoOpinion, "", err
 	}
-	return authz.Authorize(ctx, attrs)
+	decision, reason, err := authz.Authorize(ctx, attrs)
+	if err != nil {
+		// Fail closed, and say so: kcp refuses reviews in workspaces that do not exist or do not
+		// let the provider review access.
+		return authorizer.DecisionDeny, fmt.Sprintf("kcp did not answer the access review in logical cluster %s: %v", cluster, err), nil
+	}
+	return decision, reason, nil
 }
 
 // ConditionsAwareAuthorize is not conditions-aware: it converts the Authorize decision.
