@@ -58,12 +58,27 @@ func BenchmarkKcpPath(b *testing.B) {
 		name string
 		do   func() error
 	}{
-		{"get/direct", func() error { _, err := directClient.MountsV1alpha1().Mounts().Get(ctx, "m-042", metav1.GetOptions{}); return err }},
-		{"get/kcp", func() error { _, err := viaKcp.MountsV1alpha1().Mounts().Get(ctx, "m-042", metav1.GetOptions{}); return err }},
-		{"list100/direct", func() error { _, err := directClient.MountsV1alpha1().Mounts().List(ctx, metav1.ListOptions{}); return err }},
+		{"get/direct", func() error {
+			_, err := directClient.MountsV1alpha1().Mounts().Get(ctx, "m-042", metav1.GetOptions{})
+			return err
+		}},
+		{"get/kcp", func() error {
+			_, err := viaKcp.MountsV1alpha1().Mounts().Get(ctx, "m-042", metav1.GetOptions{})
+			return err
+		}},
+		{"list100/direct", func() error {
+			_, err := directClient.MountsV1alpha1().Mounts().List(ctx, metav1.ListOptions{})
+			return err
+		}},
 		{"list100/kcp", func() error { _, err := viaKcp.MountsV1alpha1().Mounts().List(ctx, metav1.ListOptions{}); return err }},
-		{"harness-hop/namespace-direct", func() error { _, err := kubeDirect.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); return err }},
-		{"harness-hop/namespace-kcp", func() error { _, err := kubeViaKcp.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); return err }},
+		{"harness-hop/namespace-direct", func() error {
+			_, err := kubeDirect.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
+			return err
+		}},
+		{"harness-hop/namespace-kcp", func() error {
+			_, err := kubeViaKcp.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
+			return err
+		}},
 		// What the harness does for every Mount request before forwarding it, as kcp does.
 		{"harness-hop/access-review", func() error {
 			_, err := kubeDirect.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{

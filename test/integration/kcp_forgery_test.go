@@ -84,11 +84,11 @@ func TestKcpForgedIdentity(t *testing.T) {
 		cert   tls.Certificate
 		header http.Header
 	}{
-		"a client certificate of the server's CA claiming kcp's group": {fromServerCA("mallory", kcp.AuthorizedByKcpGroup), nil},
+		"a client certificate of the server's CA claiming kcp's group":          {fromServerCA("mallory", kcp.AuthorizedByKcpGroup), nil},
 		"a client certificate of the server's CA naming an admin in X-Remote-*": {fromServerCA("mallory"), admin},
-		"the shard CA with a name it does not allow": {issue(k.ShardCA, "mallory"), nil},
-		"the front-proxy CA with a name it does not allow, naming an admin": {issue(k.FrontProxyCA, "mallory"), admin},
-		"the front-proxy's certificate claiming kcp's group": {issue(k.FrontProxyCA, framework.KcpFrontProxyClientName), http.Header{"X-Remote-User": {"mallory"}, "X-Remote-Group": {kcp.AuthorizedByKcpGroup}}},
+		"the shard CA with a name it does not allow":                            {issue(k.ShardCA, "mallory"), nil},
+		"the front-proxy CA with a name it does not allow, naming an admin":     {issue(k.FrontProxyCA, "mallory"), admin},
+		"the front-proxy's certificate claiming kcp's group":                    {issue(k.FrontProxyCA, framework.KcpFrontProxyClientName), http.Header{"X-Remote-User": {"mallory"}, "X-Remote-Group": {kcp.AuthorizedByKcpGroup}}},
 	} {
 		code, body := get(c.cert, c.header)
 		if code != http.StatusUnauthorized && code != http.StatusForbidden {
