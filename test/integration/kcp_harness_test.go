@@ -405,3 +405,69 @@ func runKubectl(kubeconfig string, args ...string) (string, error) {
 	out, err := exec.Command("kubectl", append([]string{"--kubeconfig", kubeconfig}, args...)...).CombinedOutput()
 	return string(out), err
 }
+
+// TestKcpWorkspaceAndRedirectMounts: a Workspace mount in root:ws-a is a soft link to
+// root:ws-b, resolved through kcp; its proxy reaches ws-b under the caller's identity with
+// kcp's authorization there (ws-b's RBAC), and never for a caller kcp did not name. A
+// Redirect mount sends the client to ws-b's URL, which kubectl follows with its own
+// credentials.
+func TestKcpWorkspaceAndRedirectMounts(t *testing.T) {
+	e := startKcpEnv(t, framework.KcpV0323, apiOnly)
+	// The provider impersonates callers in the target workspace (kcp lets it where RBAC
+	// does); alice may list namespaces in ws-b, carol may not.
+	grant(t, e.b, framework.KcpProviderUser, "impersonator", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"users", "groups"}, Verbs: []string{"impersonate"}})
+	grant(t, e.b, "alice", "ns-reader", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list"}})
+	grant(t, e.a, "carol", "mounts-proxy", rbacv1.PolicyRule{APIGroups: []string{"mounts.kcp.io"}, Resources: []string{"mounts/proxy"}, Verbs: []string{"get"}})
+
+	e.mustKubectl(t, "alice-token", "root:ws-a", "create", "-f", writeFile(t, "mounts.yaml", `apiVersion: mounts.kcp.io/v1alpha1
+kind: Mount
+metadata: {name: link}
+spec: {type: Workspace, ref: {name: "root:ws-b"}}
+---
+apiVersion: mounts.kcp.io/v1alpha1
+kind: Mount
+metadata: {name: jump}
+spec: {type: Redirect, ref: {name: "root:ws-b"}}
+---
+apiVersion: mounts.kcp.io/v1alpha1
+kind: Mount
+metadata: {name: nowhere}
+spec: {type: Workspace, ref: {name: "root:gone"}}
+`))
+	namespaces := "/proxy/api/v1/namespaces/default"
+	at := func(prefix, mount string) string {
+		return prefix + "/apis/mounts.kcp.io/v1alpha1/mounts/" + mount + namespaces
+	}
+	viaKcp, viaMapping := "/clusters/root:ws-a", framework.KcpMountsMapping+"/clusters/"+kcpClusterA
+
+	// Through kcp v0.32.3 nobody is named: a soft link impersonates, so it refuses.
+	if out, err := e.kubectl(t, "alice-token", "", "get", "--raw", at(viaKcp, "link")); err == nil || !strings.Contains(out, "without naming its caller") {
+		t.Errorf("a Workspace mount served a request of nobody: %v\n%s", err, out)
+	}
+	// Through the front-proxy's mapping: alice reaches ws-b as alice; carol, whom ws-b does
+	// not let read namespaces, is refused there.
+	if out, err := e.kubectl(t, "alice-token", "", "get", "--raw", at(viaMapping, "link")); err != nil || !strings.Contains(out, `"name":"default"`) {
+		t.Errorf("alice through the soft link: %v\n%s", err, out)
+	}
+	if out, err := e.kubectl(t, "carol-token", "", "get", "--raw", at(viaMapping, "link")); err == nil || !strings.Contains(out, `User "carol" cannot get resource "namespaces"`) {
+		t.Errorf("carol through the soft link: %v\n%s", err, out)
+	}
+	// Paths stay inside the target workspace.
+	if out, err := e.kubectl(t, "alice-token", "", "get", "--raw", viaMapping+"/apis/mounts.kcp.io/v1alpha1/mounts/link/proxy/..%2F..%2Fclusters%2Froot:ws-a/api/v1/namespaces"); err == nil {
+		t.Errorf("a path escaped the target workspace:\n%s", out)
+	}
+	if out, err := e.kubectl(t, "alice-token", "", "get", "--raw", at(viaMapping, "nowhere")); err == nil || !strings.Contains(out, "does not exist") {
+		t.Errorf("a mount of a missing workspace: %v\n%s", err, out)
+	}
+
+	// A Redirect lends nothing: kubectl follows it to ws-b with alice's own token, even when
+	// kcp named nobody.
+	for _, prefix := range []string{viaKcp, viaMapping} {
+		if out, err := e.kubectl(t, "alice-token", "", "get", "--raw", at(prefix, "jump")); err != nil || !strings.Contains(out, `"name":"default"`) {
+			t.Errorf("alice through the redirect (%s): %v\n%s", prefix, err, out)
+		}
+	}
+	if out, err := e.kubectl(t, "carol-token", "", "get", "--raw", at(viaKcp, "jump")); err == nil {
+		t.Errorf("carol followed the redirect into ws-b:\n%s", out)
+	}
+}

@@ -177,6 +177,7 @@ func StartKcp(t testing.TB, version KcpVersion) *Kcp {
 	k.URL = k.server.URL
 	t.Cleanup(k.server.Close)
 	k.AddUser("provider-token", KcpUser{Name: KcpProviderUser})
+	k.workspaces["root"] = &KcpWorkspace{Path: "root", Cluster: "root"}
 	return k
 }
 
@@ -330,7 +331,17 @@ func (k *Kcp) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			kcpStatus(w, http.StatusForbidden, "Forbidden", fmt.Sprintf("user %q cannot impersonate user %q in workspace %q", u.Name, name, ws.Path))
 			return
 		}
+		for _, g := range req.Header.Values("Impersonate-Group") {
+			if !k.allowed(req.Context(), ws, u, authorizationv1.ResourceAttributes{Verb: "impersonate", Resource: "groups", Name: g}) {
+				kcpStatus(w, http.StatusForbidden, "Forbidden", fmt.Sprintf("user %q cannot impersonate group %q in workspace %q", u.Name, g, ws.Path))
+				return
+			}
+		}
 		u = KcpUser{Name: name, Groups: req.Header.Values("Impersonate-Group")}
+	}
+	if ws.Kube == nil && !strings.HasPrefix(inner, "/apis/tenancy.kcp.io/v1alpha1/workspaces/") {
+		kcpStatus(w, http.StatusForbidden, "Forbidden", fmt.Sprintf("access to workspace %q denied", ws.Path))
+		return
 	}
 	switch {
 	case inner == "/apis":
@@ -365,6 +376,9 @@ func (k *Kcp) authenticate(req *http.Request) (KcpUser, bool) {
 
 // allowed asks the workspace's kube-apiserver whether u may do attrs.
 func (k *Kcp) allowed(ctx context.Context, ws *KcpWorkspace, u KcpUser, attrs authorizationv1.ResourceAttributes) bool {
+	if ws.Kube == nil {
+		return false
+	}
 	extra := map[string]authorizationv1.ExtraValue{}
 	for key, v := range u.Extra {
 		extra[key] = v
@@ -631,7 +645,9 @@ func (k *Kcp) serveWorkspace(w http.ResponseWriter, req *http.Request, parent *K
 		kcpStatus(w, http.StatusMethodNotAllowed, "MethodNotAllowed", "the harness serves GET of one workspace")
 		return
 	}
-	if !k.allowed(req.Context(), parent, u, authorizationv1.ResourceAttributes{Verb: "get", Group: "tenancy.kcp.io", Resource: "workspaces", Name: name}) {
+	// The root workspace has no content here; its Workspaces are the provider's to read, as
+	// a deployment grants it.
+	if parent.Kube == nil && u.Name != KcpProviderUser || parent.Kube != nil && !k.allowed(req.Context(), parent, u, authorizationv1.ResourceAttributes{Verb: "get", Group: "tenancy.kcp.io", Resource: "workspaces", Name: name}) {
 		kcpStatus(w, http.StatusForbidden, "Forbidden", fmt.Sprintf("workspaces.tenancy.kcp.io %q is forbidden: User %q cannot get resource \"workspaces\" in API group \"tenancy.kcp.io\" in workspace %q", name, u.Name, parent.Path))
 		return
 	}
