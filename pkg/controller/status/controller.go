@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -69,11 +70,14 @@ const (
 
 // Controller keeps the status of every Mount.
 type Controller struct {
-	client   clientset.Interface
-	lister   mountlisters.MountLister
-	indexer  cache.Indexer
-	synced   cache.InformerSynced
-	queue    workqueue.TypedRateLimitingInterface[string]
+	client  clientset.Interface
+	lister  mountlisters.MountLister
+	indexer cache.Indexer
+	synced  cache.InformerSynced
+	// queue is the work queue of the current (or next) run; each run after the first, a
+	// new leadership term, gets a new one, since the last run shut its queue down.
+	queue    atomic.Pointer[workQueue]
+	runs     atomic.Int32
 	prober   Prober
 	recorder events.EventRecorder
 	opts     Options
@@ -104,11 +108,8 @@ func New(client clientset.Interface, informer mountinformers.MountInformer, prob
 		opts:     opts,
 		metrics:  DefaultMetrics(),
 		phases:   map[string]v1alpha1.MountPhase{},
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			// Per-mount backoff for failing targets: 1 s doubling to 2 min.
-			workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Second, 2*time.Minute),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "mount_status"}),
 	}
+	c.queue.Store(newWorkQueue())
 	if err := informer.Informer().AddIndexers(cache.Indexers{secretIndex: func(obj any) ([]string, error) {
 		m, ok := obj.(*v1alpha1.Mount)
 		if !ok || m.Spec.Type != v1alpha1.MountTypeURL {
@@ -138,6 +139,18 @@ func New(client clientset.Interface, informer mountinformers.MountInformer, prob
 	return c, nil
 }
 
+// workQueue is the controller's queue of mount names.
+type workQueue struct {
+	workqueue.TypedRateLimitingInterface[string]
+}
+
+func newWorkQueue() *workQueue {
+	return &workQueue{workqueue.NewTypedRateLimitingQueueWithConfig(
+		// Per-mount backoff for failing targets: 1 s doubling to 2 min.
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Second, 2*time.Minute),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "mount_status"})}
+}
+
 // DeletedMount returns the Mount of an informer's delete notification, also when the informer
 // missed the delete and only knows the last state it saw; nil for anything else.
 func DeletedMount(obj any) *v1alpha1.Mount {
@@ -150,7 +163,7 @@ func DeletedMount(obj any) *v1alpha1.Mount {
 
 func (c *Controller) enqueue(obj any) {
 	if m, ok := obj.(*v1alpha1.Mount); ok {
-		c.queue.Add(m.Name)
+		c.queue.Load().Add(m.Name)
 	}
 }
 
@@ -165,58 +178,71 @@ func (c *Controller) SecretChanged(namespace, name string) {
 	}
 }
 
-// Run works the queue until ctx ends.
+// Run works the queue until ctx ends. It may run again afterwards (leader election: a
+// replica that lost the lease and wins it back), then with every mount queued anew.
 func (c *Controller) Run(ctx context.Context) {
 	defer utilruntime.HandleCrash()
-	defer c.queue.ShutDown()
+	queue := c.queue.Load()
+	again := c.runs.Add(1) > 1
+	if again {
+		queue = newWorkQueue()
+		c.queue.Store(queue)
+	}
+	defer queue.ShutDown()
 	logger := klog.FromContext(ctx).WithName(ControllerName)
 	ctx = klog.NewContext(ctx, logger)
 	logger.Info("Starting status controller", "workers", c.opts.Workers, "interval", c.opts.Interval)
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced) {
 		return
 	}
+	if again {
+		// The informer does not replay what it delivered to the last run's queue.
+		for _, key := range c.indexer.ListKeys() {
+			queue.Add(key)
+		}
+	}
 	var wg sync.WaitGroup
 	for range c.opts.Workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for c.processNext(ctx) {
+			for c.processNext(ctx, queue) {
 			}
 		}()
 	}
 	<-ctx.Done()
-	c.queue.ShutDown()
+	queue.ShutDown()
 	wg.Wait()
 	logger.Info("Stopped status controller")
 }
 
-func (c *Controller) processNext(ctx context.Context) bool {
-	name, shutdown := c.queue.Get()
+func (c *Controller) processNext(ctx context.Context, queue *workQueue) bool {
+	name, shutdown := queue.Get()
 	if shutdown {
 		return false
 	}
-	defer c.queue.Done(name)
-	result, probed, err := c.reconcile(ctx, name)
+	defer queue.Done(name)
+	result, probed, err := c.reconcile(ctx, queue, name)
 	switch {
 	case err != nil:
 		klog.FromContext(ctx).V(2).Info("Reconciling mount failed; retrying", "mount", name, "err", err.Error())
-		c.queue.AddRateLimited(name)
+		queue.AddRateLimited(name)
 	case result == healthy:
-		c.queue.Forget(name)
-		c.queue.AddAfter(name, wait.Jitter(c.opts.Interval, 0.2))
+		queue.Forget(name)
+		queue.AddAfter(name, wait.Jitter(c.opts.Interval, 0.2))
 	case result == pending:
 		// The worker moves on; the mount comes back when its probe is done, at the latest after
 		// the probe timeout.
 		go func() {
 			select {
 			case <-probed:
-				c.queue.Add(name)
+				queue.Add(name)
 			case <-ctx.Done():
 			}
 		}()
 	default:
 		// Failing targets are probed again with per-mount backoff.
-		c.queue.AddRateLimited(name)
+		queue.AddRateLimited(name)
 	}
 	return true
 }
@@ -224,10 +250,10 @@ func (c *Controller) processNext(ctx context.Context) bool {
 // reconcile probes one mount and writes its status if it changed. It reports whether the
 // target is healthy (ordinary interval), failing (backoff), or its probe still runs (then
 // probed is closed when it is done).
-func (c *Controller) reconcile(ctx context.Context, name string) (result outcome, probed <-chan struct{}, err error) {
+func (c *Controller) reconcile(ctx context.Context, queue *workQueue, name string) (result outcome, probed <-chan struct{}, err error) {
 	m, err := c.lister.Get(name)
 	if apierrors.IsNotFound(err) {
-		c.queue.Forget(name)
+		queue.Forget(name)
 		return healthy, nil, nil
 	}
 	if err != nil {

@@ -336,6 +336,10 @@ func (o CompletedOptions) applyDelegated(cfg *mountapiserver.Config, ca *pki.PKI
 	if cfg.Extra.HostClient, err = kubernetes.NewForConfig(hostConfig); err != nil {
 		return fmt.Errorf("creating host cluster client: %w", err)
 	}
+	// The Lease gets a client (and rate limiter) of its own: see StatusConfig.LeaseClient.
+	if cfg.Extra.Status.LeaseClient, err = kubernetes.NewForConfig(rest.CopyConfig(hostConfig)); err != nil {
+		return fmt.Errorf("creating host cluster client of the leader election: %w", err)
+	}
 	if o.ExternalBaseURL == "" {
 		// Users reach the mounts through the host's aggregator.
 		cfg.Extra.Status.BaseURL = strings.TrimSuffix(hostConfig.Host, "/")
