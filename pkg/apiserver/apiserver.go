@@ -13,6 +13,7 @@ import (
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
 	"github.com/kcp-dev/mount-apiserver/pkg/embeddedetcd"
+	"github.com/kcp-dev/mount-apiserver/pkg/kcp"
 	"github.com/kcp-dev/mount-apiserver/pkg/proxy"
 	mountsregistry "github.com/kcp-dev/mount-apiserver/pkg/registry/mounts"
 	secretsregistry "github.com/kcp-dev/mount-apiserver/pkg/registry/secrets"
@@ -92,7 +93,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 	proxier.Authorizer = c.Generic.Authorization.Authorizer
 	storage, err := mountsregistry.NewStorage(Scheme, c.Generic.RESTOptionsGetter, proxier.Handler, func(m *mounts.Mount) {
-		proxier.Forget(m.Name, m.UID)
+		proxier.Forget(kcp.ClusterOf(m), m.Name, m.UID)
 	})
 	if err != nil {
 		return nil, err

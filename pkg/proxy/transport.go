@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/transport"
 
+	"github.com/kcp-dev/mount-apiserver/pkg/clusters"
 	"github.com/kcp-dev/mount-apiserver/pkg/targetpolicy"
 )
 
@@ -52,6 +53,9 @@ func (t *Target) RoundTrippers(imp *transport.ImpersonationConfig) (http.RoundTr
 // so 10,000 mounts of one cluster share one connection pool; any change of a part (a rotated
 // Secret, another CA override or connect timeout) means another Target.
 type TargetKey struct {
+	// Cluster is the logical cluster the Secret was read from: two clusters' Secrets of equal
+	// namespace, name and resourceVersion are different credentials.
+	Cluster                                            clusters.Name
 	SecretNamespace, SecretName, SecretResourceVersion string
 	// CABundle is spec.caBundle as a string (comparable).
 	CABundle       string

@@ -143,6 +143,7 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 
 	cfg.Extra.Status = mountapiserver.StatusConfig{
 		Enabled: o.StatusController,
+		KcpMode: o.KcpMode,
 		Options: status.Options{
 			BaseURL:  strings.TrimSuffix(o.ExternalBaseURL, "/"),
 			Interval: o.StatusProbeInterval,
