@@ -47,6 +47,8 @@ type ExtraConfig struct {
 	Proxier *proxy.Proxier
 	// Status configures the status controller.
 	Status StatusConfig
+	// UnboundGC configures the collector of Mounts of unbound logical clusters (kcp mode).
+	UnboundGC UnboundGCConfig
 }
 
 type completedConfig struct {
@@ -129,6 +131,16 @@ func (c CompletedConfig) New() (*Server, error) {
 
 	if c.Extra.Status.Enabled {
 		if err := generic.AddPostStartHook("start-mount-status-controller", startStatusController(c.Extra.Status, proxier, c.Extra.HostClient)); err != nil {
+			return nil, fmt.Errorf("adding post-start hook: %w", err)
+		}
+	}
+
+	if gc := c.Extra.UnboundGC; gc.Bindings != nil && gc.Interval > 0 {
+		leaseClient := c.Extra.Status.LeaseClient
+		if leaseClient == nil {
+			leaseClient = c.Extra.HostClient
+		}
+		if err := generic.AddPostStartHook("start-mount-unbound-gc", startUnboundGC(gc, leaseClient)); err != nil {
 			return nil, fmt.Errorf("adding post-start hook: %w", err)
 		}
 	}

@@ -154,6 +154,17 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 	if cfg.Extra.Status.BaseURL == "" {
 		cfg.Extra.Status.BaseURL = o.serverURL(generic.SecureServing.Listener.Addr())
 	}
+	if o.KcpMode && o.Kcp.APIExportURL != "" && o.Kcp.UnboundGCInterval > 0 {
+		kcpConfig, err := clientcmd.BuildConfigFromFlags("", o.Kcp.Kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("loading --kcp-kubeconfig %s: %w", o.Kcp.Kubeconfig, err)
+		}
+		bindings, err := kcp.NewAPIExportBindings(kcpConfig, o.Kcp.APIExportURL)
+		if err != nil {
+			return nil, fmt.Errorf("--kcp-apiexport-url: %w", err)
+		}
+		cfg.Extra.UnboundGC = mountapiserver.UnboundGCConfig{Bindings: bindings, Interval: o.Kcp.UnboundGCInterval, LeaderElection: o.LeaderElection}
+	}
 
 	if o.Delegated {
 		if err := o.applyDelegated(cfg, ca); err != nil {

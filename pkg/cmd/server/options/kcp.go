@@ -1,6 +1,9 @@
 package options
 
 import (
+	"errors"
+	"time"
+
 	"github.com/spf13/pflag"
 )
 
@@ -28,6 +31,27 @@ type KcpOptions struct {
 	// PathPrefix is a path under which the whole server is also served, e.g. /services/mounts
 	// for a kcp front-proxy mapping, which forwards the full original path.
 	PathPrefix string
+	// UnboundGCInterval is how often the Mounts of logical clusters that no longer bind the
+	// APIExport are looked for (and, seen twice in a row, deleted); 0 disables it. It runs
+	// only with APIExportURL.
+	UnboundGCInterval time.Duration
+}
+
+// NewKcpOptions returns the defaults of the kcp options.
+func NewKcpOptions() KcpOptions {
+	return KcpOptions{UnboundGCInterval: time.Minute}
+}
+
+// Validate checks the kcp options.
+func (o KcpOptions) Validate() []error {
+	var errs []error
+	if o.UnboundGCInterval < 0 {
+		errs = append(errs, errors.New("--kcp-unbound-gc-interval must not be negative"))
+	}
+	if o.APIExportURL != "" && o.Kubeconfig == "" {
+		errs = append(errs, errors.New("--kcp-apiexport-url is reached with the credentials of --kcp-kubeconfig: set it"))
+	}
+	return errs
 }
 
 // AddFlags adds the kcp flags to fs.
@@ -44,6 +68,8 @@ func (o *KcpOptions) AddFlags(fs *pflag.FlagSet) {
 		"kcp mode: kubeconfig of the provider's identity in kcp; its server is kcp's base URL (the front-proxy), without /clusters/. Resolves Workspace and Redirect mounts, proxies Workspace mounts and reviews access in workspaces.")
 	fs.StringVar(&o.APIExportURL, "kcp-apiexport-url", o.APIExportURL,
 		"kcp mode: URL of the APIExport's virtual workspace (https://<shard>/services/apiexport/<cluster>/<export>), reached with --kcp-kubeconfig's credentials: URL mounts' Secrets are read through its permission claim, and the export's APIBindings say which logical clusters still bind it.")
+	fs.DurationVar(&o.UnboundGCInterval, "kcp-unbound-gc-interval", o.UnboundGCInterval,
+		"kcp mode: how often to delete the Mounts of logical clusters that no longer bind the APIExport (kcp runs no garbage collection for them). A cluster's Mounts go after two consecutive listings of --kcp-apiexport-url's APIBindings found it unbound; a failed listing deletes nothing. 0 disables it; it runs only with --kcp-apiexport-url.")
 	fs.StringVar(&o.PathPrefix, "path-prefix", o.PathPrefix,
 		"Also serve everything under this path (e.g. /services/mounts for a kcp front-proxy mapping, which forwards the full original path).")
 }

@@ -128,6 +128,7 @@ func NewOptions() *Options {
 		StatusProbeInterval:       30 * time.Second,
 		StatusWorkers:             16,
 		StatusController:          true,
+		Kcp:                       NewKcpOptions(),
 		LeaderElection: componentbaseconfig.LeaderElectionConfiguration{
 			LeaderElect:       true,
 			LeaseDuration:     metav1.Duration{Duration: 15 * time.Second},
@@ -273,6 +274,7 @@ func (o CompletedOptions) Validate() error {
 	errs = append(errs, o.etcdValidate()...)
 	errs = append(errs, o.Audit.Validate()...)
 	errs = append(errs, o.Features.Validate()...)
+	errs = append(errs, o.Kcp.Validate()...)
 	if o.Delegated {
 		errs = append(errs, o.Authentication.Validate()...)
 		errs = append(errs, o.Authorization.Validate()...)
