@@ -34,14 +34,13 @@ func startUnboundGC(cfg UnboundGCConfig, host kubernetes.Interface) genericapise
 			return err
 		}
 		ctrl := unbound.New(cfg.Bindings, mounts, cfg.Interval)
-		ctx := klog.NewContext(hookCtx, klog.FromContext(hookCtx).WithName(unbound.ControllerName))
 		if host == nil || !cfg.LeaderElection.LeaderElect {
-			go ctrl.Run(ctx)
+			go ctrl.Run(hookCtx)
 			return nil
 		}
 		le := cfg.LeaderElection
 		le.ResourceName += "-unbound-gc"
-		go runElected(ctx, host, le, "deleting mounts of unbound logical clusters", ctrl.Run)
+		go runElected(klog.NewContext(hookCtx, klog.FromContext(hookCtx).WithName(unbound.ControllerName)), host, le, "deleting mounts of unbound logical clusters", ctrl.Run)
 		return nil
 	}
 }

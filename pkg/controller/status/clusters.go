@@ -82,6 +82,8 @@ func NewAllClustersInformer(wildcard clientset.Interface, transform cache.Transf
 		},
 	}
 	informer := cache.NewSharedIndexInformerWithOptions(lw, &v1alpha1.Mount{}, cache.SharedIndexInformerOptions{
+		// Not nil: the controller adds its index, which a nil map cannot take.
+		Indexers:          cache.Indexers{},
 		ObjectDescription: "mounts of all logical clusters",
 	})
 	if transform != nil {
