@@ -6,7 +6,6 @@ import (
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/client-go/kubernetes"
 	componentbaseconfig "k8s.io/component-base/config"
-	"k8s.io/klog/v2"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/controller/unbound"
 	"github.com/kcp-dev/mount-apiserver/pkg/kcp"
@@ -40,7 +39,7 @@ func startUnboundGC(cfg UnboundGCConfig, host kubernetes.Interface) genericapise
 		}
 		le := cfg.LeaderElection
 		le.ResourceName += "-unbound-gc"
-		go runElected(klog.NewContext(hookCtx, klog.FromContext(hookCtx).WithName(unbound.ControllerName)), host, le, "deleting mounts of unbound logical clusters", ctrl.Run)
+		go runElected(hookCtx, host, le, "deleting mounts of unbound logical clusters", ctrl.Run)
 		return nil
 	}
 }
