@@ -216,7 +216,8 @@ func TestUnboundClustersLoseTheirMounts(t *testing.T) {
 	// listings in a row, so nothing goes.
 	standIn.set(2, "ws-a", "ws-b")
 	waitListings(8)
-	if _, failed := standIn.counts(); failed < 4 {
+	// Of 8 listings every second one fails; the last may still be under way.
+	if _, failed := standIn.counts(); failed < 3 {
 		t.Fatalf("only %d listings failed", failed)
 	}
 	checkAll("ws-c unbound, every other listing failing", nil)
@@ -232,8 +233,8 @@ func TestUnboundClustersLoseTheirMounts(t *testing.T) {
 	if got, err := framework.Metric(s.Config, "mount_unbound_gc_deletions_total"); err != nil || got < 2 {
 		t.Errorf("deletions counted: %d %v, want at least 2", got, err)
 	}
-	if got, err := framework.Metric(s.Config, "mount_unbound_gc_listing_failures_total"); err != nil || got < 4 {
-		t.Errorf("failed listings counted: %d %v, want at least 4", got, err)
+	if got, err := framework.Metric(s.Config, "mount_unbound_gc_listing_failures_total"); err != nil || got < 3 {
+		t.Errorf("failed listings counted: %d %v, want at least 3", got, err)
 	}
 
 	// A listing without any binding deletes nothing (more likely wrong than true).
