@@ -119,7 +119,7 @@ func startStatusController(cfg StatusConfig, proxier *proxy.Proxier, host kubern
 		if leaseClient == nil {
 			leaseClient = host
 		}
-		go runElected(ctx, leaseClient, cfg.LeaderElection, "writing mount status", ctrl.Run)
+		go runElected(ctx, leaseClient, cfg.LeaderElection, status.ControllerName, ctrl.Run)
 		return nil
 	}
 }
@@ -167,15 +167,15 @@ func stripUnread(obj any) (any, error) {
 	return obj, nil
 }
 
-// runElected runs run while this replica holds the Lease, campaigning again when it loses it,
-// until ctx ends.
-func runElected(ctx context.Context, host kubernetes.Interface, le componentbaseconfig.LeaderElectionConfiguration, what string, run func(context.Context)) {
+// runElected runs the controller name's run while this replica holds the Lease, campaigning
+// again when it loses it, until ctx ends. name also names the elector (metrics, logs).
+func runElected(ctx context.Context, host kubernetes.Interface, le componentbaseconfig.LeaderElectionConfiguration, name string, run func(context.Context)) {
 	logger := klog.FromContext(ctx)
 	hostname, _ := os.Hostname()
 	id := strings.TrimSuffix(hostname, ".") + "_" + uuid.NewString()
 	lock, err := resourcelock.New(le.ResourceLock, le.ResourceNamespace, le.ResourceName, host.CoreV1(), host.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: id})
 	if err != nil {
-		logger.Error(err, "Cannot create the leader election lock; not running", "task", what)
+		logger.Error(err, "Cannot create the leader election lock; the controller does not run", "controller", name)
 		return
 	}
 	for ctx.Err() == nil {
@@ -185,17 +185,17 @@ func runElected(ctx context.Context, host kubernetes.Interface, le componentbase
 			RenewDeadline:   le.RenewDeadline.Duration,
 			RetryPeriod:     le.RetryPeriod.Duration,
 			ReleaseOnCancel: true,
-			Name:            le.ResourceName,
+			Name:            name,
 			Callbacks: leaderelection.LeaderCallbacks{
 				OnStartedLeading: func(ctx context.Context) {
-					logger.Info("Leading", "task", what, "identity", id)
+					logger.Info("Leading", "controller", name, "identity", id)
 					run(ctx)
 				},
 				OnStoppedLeading: func() { logger.Info("Stopped leading", "identity", id) },
 			},
 		})
 		if err != nil {
-			logger.Error(err, "Invalid leader election configuration; not running", "task", what)
+			logger.Error(err, "Invalid leader election configuration; the controller does not run", "controller", name)
 			return
 		}
 		elector.Run(ctx)

@@ -39,7 +39,7 @@ func startUnboundGC(cfg UnboundGCConfig, host kubernetes.Interface) genericapise
 		}
 		le := cfg.LeaderElection
 		le.ResourceName += "-unbound-gc"
-		go runElected(hookCtx, host, le, "deleting mounts of unbound logical clusters", ctrl.Run)
+		go runElected(hookCtx, host, le, unbound.ControllerName, ctrl.Run)
 		return nil
 	}
 }
