@@ -13,6 +13,7 @@ import (
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
 	"github.com/kcp-dev/mount-apiserver/pkg/embeddedetcd"
+	"github.com/kcp-dev/mount-apiserver/pkg/kcp"
 	"github.com/kcp-dev/mount-apiserver/pkg/proxy"
 	mountsregistry "github.com/kcp-dev/mount-apiserver/pkg/registry/mounts"
 	secretsregistry "github.com/kcp-dev/mount-apiserver/pkg/registry/secrets"
@@ -46,6 +47,8 @@ type ExtraConfig struct {
 	Proxier *proxy.Proxier
 	// Status configures the status controller.
 	Status StatusConfig
+	// UnboundGC configures the collector of Mounts of unbound logical clusters (kcp mode).
+	UnboundGC UnboundGCConfig
 }
 
 type completedConfig struct {
@@ -92,7 +95,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 	proxier.Authorizer = c.Generic.Authorization.Authorizer
 	storage, err := mountsregistry.NewStorage(Scheme, c.Generic.RESTOptionsGetter, proxier.Handler, func(m *mounts.Mount) {
-		proxier.Forget(m.Name, m.UID)
+		proxier.Forget(kcp.ClusterOf(m), m.Name, m.UID)
 	})
 	if err != nil {
 		return nil, err
@@ -128,6 +131,16 @@ func (c CompletedConfig) New() (*Server, error) {
 
 	if c.Extra.Status.Enabled {
 		if err := generic.AddPostStartHook("start-mount-status-controller", startStatusController(c.Extra.Status, proxier, c.Extra.HostClient)); err != nil {
+			return nil, fmt.Errorf("adding post-start hook: %w", err)
+		}
+	}
+
+	if gc := c.Extra.UnboundGC; gc.Bindings != nil && gc.Interval > 0 {
+		leaseClient := c.Extra.Status.LeaseClient
+		if leaseClient == nil {
+			leaseClient = c.Extra.HostClient
+		}
+		if err := generic.AddPostStartHook("start-mount-unbound-gc", startUnboundGC(gc, leaseClient)); err != nil {
 			return nil, fmt.Errorf("adding post-start hook: %w", err)
 		}
 	}

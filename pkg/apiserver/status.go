@@ -20,9 +20,11 @@ import (
 	componentbaseconfig "k8s.io/component-base/config"
 	"k8s.io/klog/v2"
 
+	"github.com/kcp-dev/mount-apiserver/pkg/clusters"
 	"github.com/kcp-dev/mount-apiserver/pkg/controller/status"
 	clientset "github.com/kcp-dev/mount-apiserver/pkg/generated/clientset/versioned"
 	informers "github.com/kcp-dev/mount-apiserver/pkg/generated/informers/externalversions"
+	mountinformers "github.com/kcp-dev/mount-apiserver/pkg/generated/informers/externalversions/mounts/v1alpha1"
 	"github.com/kcp-dev/mount-apiserver/pkg/proxy"
 )
 
@@ -30,10 +32,18 @@ import (
 type StatusConfig struct {
 	// Enabled runs the controller.
 	Enabled bool
+	// KcpMode makes the controller keep the status of the Mounts of all logical clusters
+	// (wildcard list and watch at /clusters/*), not only of the default cluster.
+	KcpMode bool
 	status.Options
 	// LeaderElection elects one replica to write status. Used only with a host cluster,
 	// which holds the Lease; a standalone server is alone.
 	LeaderElection componentbaseconfig.LeaderElectionConfiguration
+	// LeaseClient holds the Lease; nil uses the host client. A client of its own keeps the
+	// Lease's renewals out of the host client's rate limiter, which the Events of thousands
+	// of phase changes fill for minutes: renewals waiting behind them lost the lease at
+	// 10,000 mounts.
+	LeaseClient kubernetes.Interface
 }
 
 // startStatusController is the post-start hook that runs the status controller on the
@@ -53,6 +63,21 @@ func startStatusController(cfg StatusConfig, proxier *proxy.Proxier, host kubern
 		// annotations (kubectl apply's last-applied-configuration repeats the spec); a status
 		// update without them keeps the stored ones.
 		factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(stripUnread))
+		var mountInformer mountinformers.MountInformer
+		if !cfg.KcpMode {
+			mountInformer = factory.Mounts().V1alpha1().Mounts()
+		} else {
+			// The loopback user is in system:masters, which logical clusters let in.
+			wildcardConfig := rest.CopyConfig(loopback)
+			wildcardConfig.Host = strings.TrimSuffix(wildcardConfig.Host, "/") + "/clusters/" + string(clusters.Wildcard)
+			wildcard, err := clientset.NewForConfig(wildcardConfig)
+			if err != nil {
+				return fmt.Errorf("creating loopback client of all logical clusters: %w", err)
+			}
+			if mountInformer, err = status.NewAllClustersInformer(wildcard, stripUnread); err != nil {
+				return err
+			}
+		}
 		var recorder events.EventRecorder
 		if host != nil {
 			broadcaster := events.NewBroadcaster(namespacedSink{namespace: EventsNamespace, sink: &events.EventSinkImpl{Interface: host.EventsV1()}})
@@ -62,7 +87,6 @@ func startStatusController(cfg StatusConfig, proxier *proxy.Proxier, host kubern
 			recorder = broadcaster.NewRecorder(Scheme, status.ControllerName)
 			go func() { <-hookCtx.Done(); broadcaster.Shutdown() }()
 		}
-		mountInformer := factory.Mounts().V1alpha1().Mounts()
 		ctrl, err := status.New(client, mountInformer, proxier, recorder, cfg.Options)
 		if err != nil {
 			return err
@@ -72,7 +96,7 @@ func startStatusController(cfg StatusConfig, proxier *proxy.Proxier, host kubern
 		if _, err := mountInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 			DeleteFunc: func(obj any) {
 				if m := status.DeletedMount(obj); m != nil {
-					proxier.Forget(m.Name, m.UID)
+					proxier.Forget(status.ClusterOf(m), m.Name, m.UID)
 				}
 			},
 		}); err != nil {
@@ -82,13 +106,20 @@ func startStatusController(cfg StatusConfig, proxier *proxy.Proxier, host kubern
 			ws.OnChange(ctrl.SecretChanged)
 		}
 		factory.Start(hookCtx.Done())
+		if cfg.KcpMode {
+			go mountInformer.Informer().RunWithContext(hookCtx)
+		}
 
 		ctx := klog.NewContext(hookCtx, logger)
 		if host == nil || !cfg.LeaderElection.LeaderElect {
 			go ctrl.Run(ctx)
 			return nil
 		}
-		go runElected(ctx, host, cfg.LeaderElection, ctrl.Run)
+		leaseClient := cfg.LeaseClient
+		if leaseClient == nil {
+			leaseClient = host
+		}
+		go runElected(ctx, leaseClient, cfg.LeaderElection, status.ControllerName, ctrl.Run)
 		return nil
 	}
 }
@@ -136,15 +167,15 @@ func stripUnread(obj any) (any, error) {
 	return obj, nil
 }
 
-// runElected runs run while this replica holds the Lease, campaigning again when it loses it,
-// until ctx ends.
-func runElected(ctx context.Context, host kubernetes.Interface, le componentbaseconfig.LeaderElectionConfiguration, run func(context.Context)) {
+// runElected runs the controller name's run while this replica holds the Lease, campaigning
+// again when it loses it, until ctx ends. name also names the elector (metrics, logs).
+func runElected(ctx context.Context, host kubernetes.Interface, le componentbaseconfig.LeaderElectionConfiguration, name string, run func(context.Context)) {
 	logger := klog.FromContext(ctx)
 	hostname, _ := os.Hostname()
 	id := strings.TrimSuffix(hostname, ".") + "_" + uuid.NewString()
 	lock, err := resourcelock.New(le.ResourceLock, le.ResourceNamespace, le.ResourceName, host.CoreV1(), host.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: id})
 	if err != nil {
-		logger.Error(err, "Cannot create the leader election lock; the status controller does not run")
+		logger.Error(err, "Cannot create the leader election lock; the controller does not run", "controller", name)
 		return
 	}
 	for ctx.Err() == nil {
@@ -154,17 +185,17 @@ func runElected(ctx context.Context, host kubernetes.Interface, le componentbase
 			RenewDeadline:   le.RenewDeadline.Duration,
 			RetryPeriod:     le.RetryPeriod.Duration,
 			ReleaseOnCancel: true,
-			Name:            status.ControllerName,
+			Name:            name,
 			Callbacks: leaderelection.LeaderCallbacks{
 				OnStartedLeading: func(ctx context.Context) {
-					logger.Info("Leading: writing mount status", "identity", id)
+					logger.Info("Leading", "controller", name, "identity", id)
 					run(ctx)
 				},
 				OnStoppedLeading: func() { logger.Info("Stopped leading", "identity", id) },
 			},
 		})
 		if err != nil {
-			logger.Error(err, "Invalid leader election configuration; the status controller does not run")
+			logger.Error(err, "Invalid leader election configuration; the controller does not run", "controller", name)
 			return
 		}
 		elector.Run(ctx)

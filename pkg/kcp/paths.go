@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/clusters"
 )
@@ -93,4 +94,13 @@ func WithPathPrefix(prefix string, handler http.Handler) http.Handler {
 		out.RequestURI = out.URL.RequestURI()
 		handler.ServeHTTP(w, out)
 	})
+}
+
+// ClusterOf returns the logical cluster of a stored object: its kcp.io/cluster annotation,
+// the default cluster without one.
+func ClusterOf(obj metav1.Object) clusters.Name {
+	if c := obj.GetAnnotations()[ClusterAnnotation]; c != "" {
+		return clusters.Name(c)
+	}
+	return clusters.DefaultCluster
 }

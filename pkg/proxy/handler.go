@@ -29,6 +29,7 @@ import (
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
 	"github.com/kcp-dev/mount-apiserver/pkg/kcp"
+	"github.com/kcp-dev/mount-apiserver/pkg/clusters"
 	"github.com/kcp-dev/mount-apiserver/pkg/targetpolicy"
 )
 
@@ -101,7 +102,7 @@ func (p *Proxier) Target(ctx context.Context, m *mounts.Mount) (*Target, error) 
 		}
 		return nil, &CredentialsError{ReasonSecretUnavailable, fmt.Sprintf("mount %q: %v", m.Name, err)}
 	}
-	key := TargetKey{SecretNamespace: ref.Namespace, SecretName: ref.Name, SecretResourceVersion: secret.ResourceVersion, CABundle: string(m.Spec.CABundle)}
+	key := TargetKey{Cluster: clusters.From(ctx), SecretNamespace: ref.Namespace, SecretName: ref.Name, SecretResourceVersion: secret.ResourceVersion, CABundle: string(m.Spec.CABundle)}
 	if t := m.Spec.Timeouts; t != nil && t.ConnectSeconds != nil {
 		key.ConnectTimeout = time.Duration(*t.ConnectSeconds) * time.Second
 	}
@@ -126,14 +127,25 @@ func unsupportedType(m *mounts.Mount) *CredentialsError {
 	return &CredentialsError{ReasonUnsupportedType, fmt.Sprintf("mount %q has type %s, which is served only in kcp mode with --kcp-kubeconfig; this server proxies type URL", m.Name, m.Spec.Type)}
 }
 
-// Forget lets go of what the proxy keeps for a deleted mount: its share of a Target and its
-// metric series. The registry calls it on the replica that served the delete, the status
-// controller's informer on every replica; a second call does nothing.
-func (p *Proxier) Forget(name string, uid types.UID) {
+// Forget lets go of what the proxy keeps for a deleted mount of cluster: its share of a
+// Target and its metric series. The registry calls it on the replica that served the delete,
+// the status controller's informer on every replica; a second call does nothing.
+func (p *Proxier) Forget(cluster clusters.Name, name string, uid types.UID) {
 	if p.Transports != nil {
 		p.Transports.Forget(uid)
 	}
-	p.Metrics.Forget(name, uid)
+	p.Metrics.Forget(MountLabel(cluster, name), uid)
+}
+
+// MountLabel is the value of the mount label of a mount's metric series: its name, and for
+// mounts of a logical cluster <cluster>/<name>, so that two clusters' mounts of one name
+// never share (or delete) each other's series. Mount names cannot contain a slash, so the
+// value is unambiguous, and outside kcp mode it is the plain name as before.
+func MountLabel(cluster clusters.Name, name string) string {
+	if cluster == clusters.DefaultCluster || cluster == "" {
+		return name
+	}
+	return string(cluster) + "/" + name
 }
 
 // Handler returns the handler of one proxied request to m at innerPath. Errors returned here
@@ -170,7 +182,7 @@ func (p *Proxier) Handler(ctx context.Context, m *mounts.Mount, innerPath string
 	if t := m.Spec.Timeouts; t != nil && t.RequestSeconds != nil {
 		requestTimeout = time.Duration(*t.RequestSeconds) * time.Second
 	}
-	return &requestHandler{proxier: p, mount: m, caller: caller, imp: imp, target: target, location: location, innerPath: innerPath, requestTimeout: requestTimeout}, nil
+	return &requestHandler{proxier: p, mount: m, label: MountLabel(clusters.From(ctx), m.Name), caller: caller, imp: imp, target: target, location: location, innerPath: innerPath, requestTimeout: requestTimeout}, nil
 }
 
 // impersonation returns how the caller is carried to the target: nil for MountCredentials,
@@ -209,8 +221,10 @@ func impersonation(m *mounts.Mount, caller user.Info) (*transport.ImpersonationC
 }
 
 type requestHandler struct {
-	proxier        *Proxier
-	mount          *mounts.Mount
+	proxier *Proxier
+	mount   *mounts.Mount
+	// label names the mount in metrics (MountLabel).
+	label          string
 	caller         user.Info
 	imp            *transport.ImpersonationConfig
 	target         *Target
@@ -283,7 +297,7 @@ func hops(h http.Header) (int, error) {
 func (h *requestHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	start := time.Now()
 	metrics := h.proxier.Metrics
-	recording := metrics.start(h.mount.Name, h.mount.UID)
+	recording := metrics.start(h.label, h.mount.UID)
 	code := http.StatusOK
 	var written int64
 	w = httpsnoop.Wrap(w, httpsnoop.Hooks{
@@ -299,7 +313,7 @@ func (h *requestHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	})
 	defer func() { metrics.finish(recording, req.Method, code, written, time.Since(start)) }()
 
-	ctx := withMount(req.Context(), h.mount.Name, h.mount.UID)
+	ctx := withMount(req.Context(), h.label, h.mount.UID)
 	hop, err := hops(req.Header)
 	if err != nil {
 		code = http.StatusBadRequest

@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
+	"github.com/kcp-dev/mount-apiserver/pkg/clusters"
 )
 
 // ProbeResult is what probing a Mount's target found.
@@ -174,7 +175,7 @@ func (p *Proxier) ProbeWithin(ctx context.Context, m *mounts.Mount, wait time.Du
 		return ProbeResult{CredentialsErr: err}, nil
 	}
 	if p.Probes == nil {
-		return p.probe(withMount(ctx, m.Name, m.UID), target, DefaultProbeTimeout), nil
+		return p.probe(withMount(ctx, MountLabel(clusters.From(ctx), m.Name), m.UID), target, DefaultProbeTimeout), nil
 	}
 	r, ok, run, start := p.Probes.lookup(m.UID, target.key, time.Now())
 	if ok {
@@ -182,7 +183,7 @@ func (p *Proxier) ProbeWithin(ctx context.Context, m *mounts.Mount, wait time.Du
 	}
 	if start {
 		// Not bound to the caller's context: mounts of other callers may wait for it.
-		probeCtx := withMount(context.WithoutCancel(ctx), m.Name, m.UID)
+		probeCtx := withMount(context.WithoutCancel(ctx), MountLabel(clusters.From(ctx), m.Name), m.UID)
 		timeout := p.Probes.timeout()
 		go func() {
 			r := p.probe(probeCtx, target, timeout)

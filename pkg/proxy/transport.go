@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/transport"
 
+	"github.com/kcp-dev/mount-apiserver/pkg/clusters"
 	"github.com/kcp-dev/mount-apiserver/pkg/targetpolicy"
 )
 
@@ -54,7 +55,10 @@ func (t *Target) RoundTrippers(imp *transport.ImpersonationConfig) (http.RoundTr
 type TargetKey struct {
 	// Provider, when set, names credentials of the server's own instead of a Secret:
 	// TargetProviderKcp for kcp (Workspace mounts).
-	Provider                                           string
+	Provider string
+	// Cluster is the logical cluster the Secret was read from: two clusters' Secrets of equal
+	// namespace, name and resourceVersion are different credentials.
+	Cluster                                            clusters.Name
 	SecretNamespace, SecretName, SecretResourceVersion string
 	// CABundle is spec.caBundle as a string (comparable).
 	CABundle       string

@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -19,9 +19,11 @@ import (
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
+	"github.com/kcp-dev/mount-apiserver/pkg/clusters"
 	clientset "github.com/kcp-dev/mount-apiserver/pkg/generated/clientset/versioned"
+	"github.com/kcp-dev/mount-apiserver/pkg/generated/clientset/versioned/scheme"
 	mountinformers "github.com/kcp-dev/mount-apiserver/pkg/generated/informers/externalversions/mounts/v1alpha1"
-	mountlisters "github.com/kcp-dev/mount-apiserver/pkg/generated/listers/mounts/v1alpha1"
+	"github.com/kcp-dev/mount-apiserver/pkg/kcp"
 	"github.com/kcp-dev/mount-apiserver/pkg/proxy"
 
 	// Registers the workqueue metrics (depth, latency, retries) in the legacy registry.
@@ -52,6 +54,9 @@ type Options struct {
 	// without it, and the mount is reconciled again when it has finished. Hung targets thus
 	// hold no worker for longer than this.
 	ProbeWait time.Duration
+	// Workspaces resolves the workspaces of Workspace and Redirect mounts (kcp mode); without
+	// it those types are unsupported.
+	Workspaces kcp.WorkspaceResolver
 }
 
 // DefaultProbeWait is the ProbeWait of controllers that set none: probes of a healthy target
@@ -69,21 +74,27 @@ const (
 
 // Controller keeps the status of every Mount.
 type Controller struct {
-	client   clientset.Interface
-	lister   mountlisters.MountLister
-	indexer  cache.Indexer
-	synced   cache.InformerSynced
-	queue    workqueue.TypedRateLimitingInterface[string]
+	client  clientset.Interface
+	indexer cache.Indexer
+	synced  cache.InformerSynced
+	// queue is the work queue of the current (or next) run; each run after the first, a
+	// new leadership term, gets a new one, since the last run shut its queue down.
+	queue    atomic.Pointer[workQueue]
+	runs     atomic.Int32
 	prober   Prober
 	recorder events.EventRecorder
 	opts     Options
 	metrics  *Metrics
 
+	// mu guards phases, keyed like the queue (Key).
 	mu     sync.Mutex
 	phases map[string]v1alpha1.MountPhase
 }
 
 // New returns a controller over informer; recorder may be nil (standalone mode: no events).
+// informer is the client's Mount informer, or in kcp mode one of all logical clusters
+// (NewAllClustersInformer). client reaches this server without a cluster prefix; status of
+// a logical cluster's mount is written below /clusters/<cluster>.
 func New(client clientset.Interface, informer mountinformers.MountInformer, prober Prober, recorder events.EventRecorder, opts Options) (*Controller, error) {
 	if opts.Interval <= 0 {
 		opts.Interval = 30 * time.Second
@@ -96,7 +107,6 @@ func New(client clientset.Interface, informer mountinformers.MountInformer, prob
 	}
 	c := &Controller{
 		client:   client,
-		lister:   informer.Lister(),
 		indexer:  informer.Informer().GetIndexer(),
 		synced:   informer.Informer().HasSynced,
 		prober:   prober,
@@ -104,11 +114,8 @@ func New(client clientset.Interface, informer mountinformers.MountInformer, prob
 		opts:     opts,
 		metrics:  DefaultMetrics(),
 		phases:   map[string]v1alpha1.MountPhase{},
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			// Per-mount backoff for failing targets: 1 s doubling to 2 min.
-			workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Second, 2*time.Minute),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "mount_status"}),
 	}
+	c.queue.Store(newWorkQueue())
 	if err := informer.Informer().AddIndexers(cache.Indexers{secretIndex: func(obj any) ([]string, error) {
 		m, ok := obj.(*v1alpha1.Mount)
 		if !ok || m.Spec.Type != v1alpha1.MountTypeURL {
@@ -129,13 +136,25 @@ func New(client clientset.Interface, informer mountinformers.MountInformer, prob
 		},
 		DeleteFunc: func(obj any) {
 			if m := DeletedMount(obj); m != nil {
-				c.setPhase(m.Name, "")
+				c.setPhase(Key(m), "")
 			}
 		},
 	}); err != nil {
 		return nil, fmt.Errorf("adding event handler: %w", err)
 	}
 	return c, nil
+}
+
+// workQueue is the controller's queue of mount keys (Key).
+type workQueue struct {
+	workqueue.TypedRateLimitingInterface[string]
+}
+
+func newWorkQueue() *workQueue {
+	return &workQueue{workqueue.NewTypedRateLimitingQueueWithConfig(
+		// Per-mount backoff for failing targets: 1 s doubling to 2 min.
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Second, 2*time.Minute),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "mount_status"})}
 }
 
 // DeletedMount returns the Mount of an informer's delete notification, also when the informer
@@ -150,11 +169,12 @@ func DeletedMount(obj any) *v1alpha1.Mount {
 
 func (c *Controller) enqueue(obj any) {
 	if m, ok := obj.(*v1alpha1.Mount); ok {
-		c.queue.Add(m.Name)
+		c.queue.Load().Add(Key(m))
 	}
 }
 
-// SecretChanged re-probes at once every mount that references the Secret.
+// SecretChanged re-probes at once every mount that references the Secret, in every logical
+// cluster: a change notification without a cluster costs extra probes, never a missed one.
 func (c *Controller) SecretChanged(namespace, name string) {
 	objs, err := c.indexer.ByIndex(secretIndex, namespace+"/"+name)
 	if err != nil {
@@ -165,58 +185,71 @@ func (c *Controller) SecretChanged(namespace, name string) {
 	}
 }
 
-// Run works the queue until ctx ends.
+// Run works the queue until ctx ends. It may run again afterwards (leader election: a
+// replica that lost the lease and wins it back), then with every mount queued anew.
 func (c *Controller) Run(ctx context.Context) {
 	defer utilruntime.HandleCrash()
-	defer c.queue.ShutDown()
+	queue := c.queue.Load()
+	again := c.runs.Add(1) > 1
+	if again {
+		queue = newWorkQueue()
+		c.queue.Store(queue)
+	}
+	defer queue.ShutDown()
 	logger := klog.FromContext(ctx).WithName(ControllerName)
 	ctx = klog.NewContext(ctx, logger)
 	logger.Info("Starting status controller", "workers", c.opts.Workers, "interval", c.opts.Interval)
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced) {
 		return
 	}
+	if again {
+		// The informer does not replay what it delivered to the last run's queue.
+		for _, key := range c.indexer.ListKeys() {
+			queue.Add(key)
+		}
+	}
 	var wg sync.WaitGroup
 	for range c.opts.Workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for c.processNext(ctx) {
+			for c.processNext(ctx, queue) {
 			}
 		}()
 	}
 	<-ctx.Done()
-	c.queue.ShutDown()
+	queue.ShutDown()
 	wg.Wait()
 	logger.Info("Stopped status controller")
 }
 
-func (c *Controller) processNext(ctx context.Context) bool {
-	name, shutdown := c.queue.Get()
+func (c *Controller) processNext(ctx context.Context, queue *workQueue) bool {
+	name, shutdown := queue.Get()
 	if shutdown {
 		return false
 	}
-	defer c.queue.Done(name)
-	result, probed, err := c.reconcile(ctx, name)
+	defer queue.Done(name)
+	result, probed, err := c.reconcile(ctx, queue, name)
 	switch {
 	case err != nil:
-		klog.FromContext(ctx).V(2).Info("Reconciling mount failed; retrying", "mount", name, "err", err.Error())
-		c.queue.AddRateLimited(name)
+		klog.FromContext(ctx).V(2).Info("Reconciling mount failed; retrying", "key", name, "err", err.Error())
+		queue.AddRateLimited(name)
 	case result == healthy:
-		c.queue.Forget(name)
-		c.queue.AddAfter(name, wait.Jitter(c.opts.Interval, 0.2))
+		queue.Forget(name)
+		queue.AddAfter(name, wait.Jitter(c.opts.Interval, 0.2))
 	case result == pending:
 		// The worker moves on; the mount comes back when its probe is done, at the latest after
 		// the probe timeout.
 		go func() {
 			select {
 			case <-probed:
-				c.queue.Add(name)
+				queue.Add(name)
 			case <-ctx.Done():
 			}
 		}()
 	default:
 		// Failing targets are probed again with per-mount backoff.
-		c.queue.AddRateLimited(name)
+		queue.AddRateLimited(name)
 	}
 	return true
 }
@@ -224,30 +257,44 @@ func (c *Controller) processNext(ctx context.Context) bool {
 // reconcile probes one mount and writes its status if it changed. It reports whether the
 // target is healthy (ordinary interval), failing (backoff), or its probe still runs (then
 // probed is closed when it is done).
-func (c *Controller) reconcile(ctx context.Context, name string) (result outcome, probed <-chan struct{}, err error) {
-	m, err := c.lister.Get(name)
-	if apierrors.IsNotFound(err) {
-		c.queue.Forget(name)
-		return healthy, nil, nil
-	}
+func (c *Controller) reconcile(ctx context.Context, queue *workQueue, key string) (result outcome, probed <-chan struct{}, err error) {
+	obj, exists, err := c.indexer.GetByKey(key)
 	if err != nil {
 		return failing, nil, err
 	}
-	url := ProxyURL(c.opts.BaseURL, m.Name)
+	if !exists {
+		queue.Forget(key)
+		return healthy, nil, nil
+	}
+	m := obj.(*v1alpha1.Mount)
+	cluster := ClusterOf(m)
+	// The proxy reads the mount's Secret, and keys its transports and metrics, in the
+	// mount's logical cluster.
+	ctx = clusters.WithCluster(ctx, cluster)
 	now := metav1.Now()
 
-	internal := &mounts.Mount{}
-	if err := v1alpha1.Convert_v1alpha1_Mount_To_mounts_Mount(m, internal, nil); err != nil {
-		return failing, nil, fmt.Errorf("converting mount: %w", err)
+	var status v1alpha1.MountStatus
+	if c.opts.Workspaces != nil && (m.Spec.Type == v1alpha1.MountTypeWorkspace || m.Spec.Type == v1alpha1.MountTypeRedirect) {
+		resolveCtx, cancel := context.WithTimeout(ctx, proxy.DefaultProbeTimeout)
+		ws, err := c.opts.Workspaces.ResolveWorkspace(resolveCtx, m.Spec.Ref.Name)
+		cancel()
+		status = workspaceStatus(m, ws, err, now)
+		c.metrics.resolved(status)
+	} else {
+		internal := &mounts.Mount{}
+		if err := v1alpha1.Convert_v1alpha1_Mount_To_mounts_Mount(m, internal, nil); err != nil {
+			return failing, nil, fmt.Errorf("converting mount: %w", err)
+		}
+		internal.Namespace = "" // the cache's cluster key, see NewAllClustersInformer
+		start := time.Now()
+		probe, probed := c.prober.ProbeWithin(ctx, internal, c.opts.ProbeWait)
+		if probed != nil {
+			klog.FromContext(ctx).V(4).Info("Probe still running; reconciling when it is done", "key", key)
+			return pending, probed, nil
+		}
+		c.metrics.probed(probe, time.Since(start))
+		status = computeStatus(m, probe, ClusterProxyURL(c.opts.BaseURL, cluster, m.Name), now)
 	}
-	start := time.Now()
-	probe, probed := c.prober.ProbeWithin(ctx, internal, c.opts.ProbeWait)
-	if probed != nil {
-		klog.FromContext(ctx).V(4).Info("Probe still running; reconciling when it is done", "mount", name)
-		return pending, probed, nil
-	}
-	c.metrics.probed(probe, time.Since(start))
-	status := computeStatus(m, probe, url, now)
 	if err := c.write(ctx, m, status); err != nil {
 		return failing, nil, err
 	}
@@ -259,25 +306,44 @@ func (c *Controller) reconcile(ctx context.Context, name string) (result outcome
 
 // write updates the status when it differs, and records the phase transition.
 func (c *Controller) write(ctx context.Context, m *v1alpha1.Mount, status v1alpha1.MountStatus) error {
+	key := Key(m)
 	if apiequality.Semantic.DeepEqual(m.Status, status) {
-		c.setPhase(m.Name, status.Phase)
+		c.setPhase(key, status.Phase)
 		return nil
 	}
+	cluster := ClusterOf(m)
 	updated := m.DeepCopy()
+	updated.Namespace = "" // the cache's cluster key, not the object's
 	updated.Status = status
-	if _, err := c.client.MountsV1alpha1().Mounts().UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: ControllerName}); err != nil {
-		return fmt.Errorf("updating status of mount %s: %w", m.Name, err)
+	if err := c.updateStatus(ctx, cluster, updated); err != nil {
+		return fmt.Errorf("updating status of mount %s: %w", key, err)
 	}
 	c.metrics.writes.Inc()
-	c.setPhase(m.Name, status.Phase)
+	c.setPhase(key, status.Phase)
 	if m.Status.Phase != status.Phase {
-		klog.FromContext(ctx).V(2).Info("Mount changed phase", "mount", m.Name, "from", m.Status.Phase, "to", status.Phase)
-		c.event(updated, m.Status.Phase, status)
+		klog.FromContext(ctx).V(2).Info("Mount changed phase", "mount", m.Name, "cluster", cluster, "from", m.Status.Phase, "to", status.Phase)
+		c.event(updated, cluster, m.Status.Phase, status)
 	}
 	return nil
 }
 
-func (c *Controller) event(m *v1alpha1.Mount, from v1alpha1.MountPhase, status v1alpha1.MountStatus) {
+// updateStatus writes m's status: through the typed client in the default cluster, below
+// /clusters/<cluster> otherwise.
+func (c *Controller) updateStatus(ctx context.Context, cluster clusters.Name, m *v1alpha1.Mount) error {
+	opts := metav1.UpdateOptions{FieldManager: ControllerName}
+	if cluster == clusters.DefaultCluster {
+		_, err := c.client.MountsV1alpha1().Mounts().UpdateStatus(ctx, m, opts)
+		return err
+	}
+	return c.client.MountsV1alpha1().RESTClient().Put().
+		AbsPath("/clusters", string(cluster), "apis", v1alpha1.SchemeGroupVersion.Group, v1alpha1.SchemeGroupVersion.Version, "mounts", m.Name, "status").
+		VersionedParams(&opts, scheme.ParameterCodec).
+		Body(m).
+		Do(ctx).
+		Error()
+}
+
+func (c *Controller) event(m *v1alpha1.Mount, cluster clusters.Name, from v1alpha1.MountPhase, status v1alpha1.MountStatus) {
 	if c.recorder == nil {
 		return
 	}
@@ -285,7 +351,12 @@ func (c *Controller) event(m *v1alpha1.Mount, from v1alpha1.MountPhase, status v
 	if status.Phase == v1alpha1.MountPhaseUnknown || status.Phase == v1alpha1.MountPhaseConnecting && from != v1alpha1.MountPhaseInitializing && from != "" {
 		eventType = "Warning"
 	}
-	c.recorder.Eventf(m, nil, eventType, string(status.Phase), "Probe", "%s", eventMessage(from, status))
+	message := eventMessage(from, status)
+	if cluster != clusters.DefaultCluster {
+		// Events name the mount by name and UID; the cluster tells same-named mounts apart.
+		message = "Logical cluster " + string(cluster) + ": " + message
+	}
+	c.recorder.Eventf(m, nil, eventType, string(status.Phase), "Probe", "%s", message)
 }
 
 // eventMessage says the phase change and the Ready condition's reason. Events may be read by

@@ -226,3 +226,53 @@ func waitFor(ctx context.Context, t *testing.T, client mountsv1alpha1.MountInter
 	t.Fatalf("mount %s: not as expected after %v; status %+v", name, timeout, m.Status)
 	return nil
 }
+
+// TestRunsAgainAfterLosingTheLease: a replica that stops leading and leads again (Run ends
+// and runs again) keeps writing status, also of mounts created while it did not lead: the
+// first run shuts its queue down, so the next one needs a queue of its own with every mount.
+func TestRunsAgainAfterLosingTheLease(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	server := framework.StartInProcess(t, "", func(o *options.Options) { o.StatusController = false })
+	mountsClient := server.Client.MountsV1alpha1().Mounts()
+	target, err := framework.StartRecordingServer("127.0.0.1:0", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer target.Close()
+	kubeconfig, err := target.Kubeconfig("t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets := secretMap{}
+	secrets.add("target", kubeconfig)
+	proxier := &proxy.Proxier{Secrets: secrets, Transports: proxy.NewTransports(proxy.TransportOptions{}, nil), Probes: &proxy.ProbeCache{}}
+	factory := informers.NewSharedInformerFactory(server.Client, 0)
+	ctrl, err := status.New(server.Client, factory.Mounts().V1alpha1().Mounts(), proxier, nil, status.Options{BaseURL: server.URL, Interval: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	factory.Start(ctx.Done())
+	ready := func(m *v1alpha1.Mount) bool { return m.Status.Phase == v1alpha1.MountPhaseReady }
+
+	// Leading.
+	term1, stop1 := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); ctrl.Run(term1) }()
+	if _, err := mountsClient.Create(ctx, mountOf("first", "target", 0), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(ctx, t, mountsClient, "first", 20*time.Second, ready)
+	stop1()
+	<-done
+
+	// Not leading: a mount comes, nobody writes its status.
+	if _, err := mountsClient.Create(ctx, mountOf("second", "target", 0), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Leading again.
+	term2, stop2 := context.WithCancel(ctx)
+	done = make(chan struct{})
+	go func() { defer close(done); ctrl.Run(term2) }()
+	defer func() { stop2(); <-done }()
+	waitFor(ctx, t, mountsClient, "second", 20*time.Second, ready)
+}

@@ -4,9 +4,12 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
 
+	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
 	"github.com/kcp-dev/mount-apiserver/pkg/proxy"
 )
 
@@ -52,5 +55,12 @@ func (m *Metrics) probed(r proxy.ProbeResult, elapsed time.Duration) {
 		m.failures.WithLabelValues(ReasonProbeFailed).Inc()
 	default:
 		m.latency.Observe(elapsed.Seconds())
+	}
+}
+
+// resolved counts a Workspace or Redirect mount that is not ready, by reason.
+func (m *Metrics) resolved(s v1alpha1.MountStatus) {
+	if c := meta.FindStatusCondition(s.Conditions, v1alpha1.ConditionReady); c != nil && c.Status != metav1.ConditionTrue {
+		m.failures.WithLabelValues(c.Reason).Inc()
 	}
 }

@@ -2,11 +2,14 @@ package status
 
 import (
 	"errors"
+	"fmt"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
+	"github.com/kcp-dev/mount-apiserver/pkg/kcp"
 	"github.com/kcp-dev/mount-apiserver/pkg/proxy"
 )
 
@@ -94,4 +97,62 @@ func credentialsReason(err error) string {
 		return ce.Reason
 	}
 	return proxy.ReasonSecretUnavailable
+}
+
+// Reasons of Workspace and Redirect mounts (kcp mode).
+const (
+	// ReasonWorkspaceNotFound: spec.ref.name names no workspace.
+	ReasonWorkspaceNotFound = "WorkspaceNotFound"
+	// ReasonWorkspaceUnresolved: the workspace could not be looked up (kcp unreachable, say).
+	ReasonWorkspaceUnresolved = "WorkspaceUnresolved"
+	// ReasonWorkspaceNotReady: the workspace exists and is not ready.
+	ReasonWorkspaceNotReady = "WorkspaceNotReady"
+	// ReasonWorkspaceReady: the workspace exists and is ready.
+	ReasonWorkspaceReady = "WorkspaceReady"
+)
+
+// workspaceStatus derives the status of a Workspace or Redirect mount from resolving its
+// workspace (ws, or err): Ready with the workspace's URL when it is ready, Connecting
+// otherwise, with the reason. Both types are served at the workspace's own URL (a Redirect
+// sends clients there), so status.URL is the workspace's URL whenever it resolves.
+func workspaceStatus(m *v1alpha1.Mount, ws kcp.Workspace, err error, now metav1.Time) v1alpha1.MountStatus {
+	s := m.Status.DeepCopy()
+	s.ObservedGeneration = m.Generation
+	gen := m.Generation
+	path := m.Spec.Ref.Name
+	switch {
+	case apierrors.IsNotFound(err):
+		s.URL = ""
+		msg := fmt.Sprintf("Workspace %q does not exist.", path)
+		setCondition(s, v1alpha1.ConditionCredentialsResolved, metav1.ConditionFalse, ReasonWorkspaceNotFound, msg, gen, now)
+		setCondition(s, v1alpha1.ConditionTargetReachable, metav1.ConditionUnknown, ReasonWorkspaceNotFound, "No workspace to reach.", gen, now)
+		setCondition(s, v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonWorkspaceNotFound, msg, gen, now)
+	case err != nil:
+		// The last URL stays: the workspace may well be there, kcp just did not say.
+		msg := fmt.Sprintf("Workspace %q could not be resolved: %v", path, err)
+		setCondition(s, v1alpha1.ConditionCredentialsResolved, metav1.ConditionUnknown, ReasonWorkspaceUnresolved, msg, gen, now)
+		setCondition(s, v1alpha1.ConditionTargetReachable, metav1.ConditionUnknown, ReasonWorkspaceUnresolved, msg, gen, now)
+		setCondition(s, v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonWorkspaceUnresolved, msg, gen, now)
+	case !ws.Ready:
+		s.URL = ws.URL
+		msg := fmt.Sprintf("Workspace %q (logical cluster %s) is not ready", path, ws.Cluster)
+		if ws.Message != "" {
+			msg += ": " + ws.Message
+		}
+		setCondition(s, v1alpha1.ConditionCredentialsResolved, metav1.ConditionTrue, ReasonResolved, fmt.Sprintf("Workspace %q exists (logical cluster %s).", path, ws.Cluster), gen, now)
+		setCondition(s, v1alpha1.ConditionTargetReachable, metav1.ConditionFalse, ReasonWorkspaceNotReady, msg, gen, now)
+		setCondition(s, v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonWorkspaceNotReady, msg, gen, now)
+	default:
+		s.URL = ws.URL
+		setCondition(s, v1alpha1.ConditionCredentialsResolved, metav1.ConditionTrue, ReasonResolved, fmt.Sprintf("Workspace %q exists (logical cluster %s).", path, ws.Cluster), gen, now)
+		setCondition(s, v1alpha1.ConditionTargetReachable, metav1.ConditionTrue, ReasonWorkspaceReady, "The workspace is ready.", gen, now)
+		setCondition(s, v1alpha1.ConditionReady, metav1.ConditionTrue, ReasonWorkspaceReady, "Requests through the mount reach the workspace.", gen, now)
+	}
+	// Not ready or not found is Connecting: the workspace's own phase says more than Unknown.
+	if meta.IsStatusConditionTrue(s.Conditions, v1alpha1.ConditionReady) {
+		s.Phase = v1alpha1.MountPhaseReady
+	} else {
+		s.Phase = v1alpha1.MountPhaseConnecting
+	}
+	return *s
 }

@@ -151,6 +151,7 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 
 	cfg.Extra.Status = mountapiserver.StatusConfig{
 		Enabled: o.StatusController,
+		KcpMode: o.KcpMode,
 		Options: status.Options{
 			BaseURL:  strings.TrimSuffix(o.ExternalBaseURL, "/"),
 			Interval: o.StatusProbeInterval,
@@ -158,8 +159,21 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 		},
 		LeaderElection: o.LeaderElection,
 	}
+	// Workspace and Redirect mounts are Ready when the workspace the proxy resolves is.
+	cfg.Extra.Status.Workspaces = cfg.Extra.Proxier.Workspaces
 	if cfg.Extra.Status.BaseURL == "" {
 		cfg.Extra.Status.BaseURL = o.serverURL(generic.SecureServing.Listener.Addr())
+	}
+	if o.KcpMode && o.Kcp.APIExportURL != "" && o.Kcp.UnboundGCInterval > 0 {
+		kcpConfig, err := clientcmd.BuildConfigFromFlags("", o.Kcp.Kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("loading --kcp-kubeconfig %s: %w", o.Kcp.Kubeconfig, err)
+		}
+		bindings, err := kcp.NewAPIExportBindings(kcpConfig, o.Kcp.APIExportURL)
+		if err != nil {
+			return nil, fmt.Errorf("--kcp-apiexport-url: %w", err)
+		}
+		cfg.Extra.UnboundGC = mountapiserver.UnboundGCConfig{Bindings: bindings, Interval: o.Kcp.UnboundGCInterval, LeaderElection: o.LeaderElection}
 	}
 
 	if o.Delegated {
@@ -337,6 +351,10 @@ func (o CompletedOptions) applyDelegated(cfg *mountapiserver.Config, ca *pki.PKI
 	hostConfig.QPS, hostConfig.Burst = 100, 200
 	if cfg.Extra.HostClient, err = kubernetes.NewForConfig(hostConfig); err != nil {
 		return fmt.Errorf("creating host cluster client: %w", err)
+	}
+	// The Lease gets a client (and rate limiter) of its own: see StatusConfig.LeaseClient.
+	if cfg.Extra.Status.LeaseClient, err = kubernetes.NewForConfig(rest.CopyConfig(hostConfig)); err != nil {
+		return fmt.Errorf("creating host cluster client of the leader election: %w", err)
 	}
 	if o.ExternalBaseURL == "" {
 		// Users reach the mounts through the host's aggregator.

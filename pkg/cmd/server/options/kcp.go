@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
@@ -49,6 +50,15 @@ type KcpOptions struct {
 	// PathPrefix is a path under which the whole server is also served, e.g. /services/mounts
 	// for a kcp front-proxy mapping, which forwards the full original path.
 	PathPrefix string
+	// UnboundGCInterval is how often the Mounts of logical clusters that no longer bind the
+	// APIExport are looked for (and, seen twice in a row, deleted); 0 disables it. It runs
+	// only with APIExportURL.
+	UnboundGCInterval time.Duration
+}
+
+// NewKcpOptions returns the defaults of the kcp options.
+func NewKcpOptions() KcpOptions {
+	return KcpOptions{UnboundGCInterval: time.Minute}
 }
 
 // AddFlags adds the kcp flags to fs.
@@ -65,13 +75,18 @@ func (o *KcpOptions) AddFlags(fs *pflag.FlagSet) {
 		"kcp mode: kubeconfig of the provider's identity in kcp; its server is kcp's base URL (the front-proxy), without /clusters/. Resolves Workspace and Redirect mounts, proxies Workspace mounts and reviews access in workspaces.")
 	fs.StringVar(&o.APIExportURL, "kcp-apiexport-url", o.APIExportURL,
 		"kcp mode: URL of the APIExport's virtual workspace (https://<shard>/services/apiexport/<cluster>/<export>), reached with --kcp-kubeconfig's credentials: URL mounts' Secrets are read through its permission claim, and the export's APIBindings say which logical clusters still bind it.")
+	fs.DurationVar(&o.UnboundGCInterval, "kcp-unbound-gc-interval", o.UnboundGCInterval,
+		"kcp mode: how often to delete the Mounts of logical clusters that no longer bind the APIExport (kcp runs no garbage collection for them). A cluster's Mounts go after two consecutive listings of --kcp-apiexport-url's APIBindings found it unbound; a failed listing deletes nothing. 0 disables it; it runs only with --kcp-apiexport-url.")
 	fs.StringVar(&o.PathPrefix, "path-prefix", o.PathPrefix,
 		"Also serve everything under this path (e.g. /services/mounts for a kcp front-proxy mapping, which forwards the full original path).")
 }
 
-// validate checks the kcp options.
-func (o *KcpOptions) validate(kcpMode bool) []error {
+// Validate checks the kcp options.
+func (o *KcpOptions) Validate(kcpMode bool) []error {
 	var errs []error
+	if o.UnboundGCInterval < 0 {
+		errs = append(errs, errors.New("--kcp-unbound-gc-interval must not be negative"))
+	}
 	set := o.ShardClientCAFile != "" || o.FrontProxyClientCAFile != "" || o.Kubeconfig != "" || o.APIExportURL != ""
 	if set && !kcpMode {
 		errs = append(errs, errors.New("--kcp-shard-client-ca-file, --kcp-front-proxy-client-ca-file, --kcp-kubeconfig and --kcp-apiexport-url need --kcp-mode"))

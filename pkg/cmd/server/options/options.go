@@ -128,6 +128,7 @@ func NewOptions() *Options {
 		StatusProbeInterval:       30 * time.Second,
 		StatusWorkers:             16,
 		StatusController:          true,
+		Kcp:                       NewKcpOptions(),
 		LeaderElection: componentbaseconfig.LeaderElectionConfiguration{
 			LeaderElect:       true,
 			LeaseDuration:     metav1.Duration{Duration: 15 * time.Second},
@@ -311,7 +312,7 @@ func (o CompletedOptions) Validate() error {
 	if o.APIServiceName != "" && !o.GenerateCerts {
 		errs = append(errs, errors.New("--apiservice-name publishes the CA of the generated serving certificate; it cannot be used with --tls-cert-file"))
 	}
-	errs = append(errs, o.Kcp.validate(o.KcpMode)...)
+	errs = append(errs, o.Kcp.Validate(o.KcpMode)...)
 	// Logging is process-wide; the command applies it once, Validate only checks it.
 	errs = append(errs, logsapi.Validate(o.Logs, nil, nil).ToAggregate())
 	return utilerrors.NewAggregate(errs)
