@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -469,5 +470,60 @@ spec: {type: Workspace, ref: {name: "root:gone"}}
 	}
 	if out, err := e.kubectl(t, "carol-token", "", "get", "--raw", at(viaKcp, "jump")); err == nil {
 		t.Errorf("carol followed the redirect into ws-b:\n%s", out)
+	}
+}
+
+// TestKcpMountedWorkspace mounts a URL Mount as a workspace, as kcp's workspace mounts do:
+// the status controller makes the Mount Ready with status.URL under the front-proxy's
+// /services/mounts mapping, the front-proxy (harness) reads that Mount and sends the
+// workspace's requests there with its requestheader certificate and X-Remote-*, and the
+// caller reaches the real remote kube-apiserver as themself; kcp's RBAC in the mount's
+// workspace (mounts/proxy) decides who may.
+func TestKcpMountedWorkspace(t *testing.T) {
+	e := startKcpEnv(t, framework.KcpV0323, nil)
+	ctx := context.Background()
+	kubeconfig, err := framework.KubeconfigBytes(e.remote.AdminConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	aliceWS, err := kubernetes.NewForConfig(e.kcp.Config("alice-token", "root:ws-a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := aliceWS.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "clusters"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := aliceWS.CoreV1().Secrets("clusters").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "remote"}, Data: map[string][]byte{"kubeconfig": kubeconfig}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// kcp v0.32.3 names nobody, so the URL mount is created through the mapping, as alice.
+	mapping := mustKubeconfigAt(t, e, "alice-token", framework.KcpMountsMapping+"/clusters/"+kcpClusterA)
+	if out, err := runKubectl(mapping, "create", "-f", writeFile(t, "m.yaml", "apiVersion: mounts.kcp.io/v1alpha1\nkind: Mount\nmetadata: {name: prod}\nspec: {type: URL, ref: {namespace: clusters, name: remote}}\n")); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	e.kcp.AddMountedWorkspace("root:prod", "3c3c3c3c", kcpClusterA, "prod")
+
+	wantURL := e.kcp.URL + framework.KcpMountsMapping + "/clusters/" + kcpClusterA + "/apis/mounts.kcp.io/v1alpha1/mounts/prod/proxy"
+	var last string
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		out, err := e.kubectl(t, "alice-token", "root:ws-a", "get", "mount", "prod", "-o", `jsonpath={.status.phase} {.status.URL}`)
+		last = out
+		return err == nil && out == "Ready "+wantURL, nil
+	}); err != nil {
+		t.Fatalf("the mount never became Ready with the front-proxy's URL: %q", last)
+	}
+
+	// The mounted workspace is the remote cluster, seen as the caller.
+	out := e.mustKubectl(t, "alice-token", "root:prod", "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}")
+	if out != "alice" {
+		t.Errorf("in the mounted workspace alice is %q at the target", out)
+	}
+	if out, err := e.kubectl(t, "alice-token", "root:prod", "get", "namespaces"); err == nil || !strings.Contains(out, `User "alice" cannot list resource "namespaces"`) {
+		t.Errorf("the remote cluster's RBAC decides in the mounted workspace: %v\n%s", err, out)
+	}
+	// Bob may not proxy through ws-a's mount: he is refused by the mount's workspace RBAC.
+	review := writeFile(t, "review.json", `{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}`)
+	if out, err := e.kubectl(t, "bob-token", "", "create", "--raw", "/clusters/root:prod/apis/authentication.k8s.io/v1/selfsubjectreviews", "-f", review); err == nil || !strings.Contains(out, `User "bob" cannot create resource "mounts/proxy"`) {
+		t.Errorf("bob in alice's mounted workspace: %v\n%s", err, out)
 	}
 }

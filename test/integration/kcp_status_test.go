@@ -52,41 +52,47 @@ func waitForMount(ctx context.Context, t *testing.T, client mountsv1alpha1.Mount
 }
 
 // TestStatusOfMountsInLogicalClusters: in kcp mode the status controller keeps the status of
-// the Mounts of every logical cluster, as it does for the default cluster. Two clusters hold
-// a Mount of the same name; one's target is a real kube-apiserver and becomes Ready, the
-// other's Secret is missing and stays Connecting, so neither's status, probe result or metric
-// series is the other's. status.URL is the kcp form below --external-base-url.
-//
-// Assumption: in kcp mode the Secrets of URL mounts will be read through the APIExport's
-// virtual workspace in the mount's cluster (the lead's cluster-aware SecretSource). Here the
-// standalone server's own Secret store, which knows no clusters, holds them: the mounts of
-// both clusters reference Secrets of the default cluster.
+// the Mounts of every logical cluster, as it does for the default cluster. Two clusters (the
+// kcp harness's consumer workspaces) hold a Mount of the same name; one's target is a real
+// kube-apiserver and becomes Ready, the other's Secret is missing in its workspace and it
+// stays Connecting, so neither's status, probe result or metric series is the other's.
+// status.URL is the kcp form below --external-base-url. The Secrets live in the workspaces
+// and are read through the APIExport's virtual workspace.
 func TestStatusOfMountsInLogicalClusters(t *testing.T) {
 	ctx := context.Background()
-	kube, err := framework.StartKubeAPIServer(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(kube.Stop)
-	kubeconfig, err := framework.KubeconfigBytes(kube.AdminConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const base = "https://front-proxy.example/services/mounts"
-	s := framework.StartInProcess(t, "", func(o *options.Options) {
-		o.KcpMode = true
-		o.ExternalBaseURL = base
-	})
+	e := startKcpEnv(t, framework.KcpV0323, func(o *options.Options) { o.ExternalBaseURL = base })
+	s := e.server
+	kubeconfig, err := framework.KubeconfigBytes(e.remote.AdminConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
 	core, err := kubernetes.NewForConfig(s.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "same-kubeconfig"}, Data: map[string][]byte{v1alpha1.SecretKeyKubeconfig: kubeconfig}}
-	if _, err := core.CoreV1().Secrets("clusters").Create(ctx, secret, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	// This server keeps the default cluster's Secrets itself (no namespaces API); the
+	// workspaces are kube-apiservers.
+	for _, c := range []kubernetes.Interface{e.a.Client, e.b.Client} {
+		if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "clusters"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []kubernetes.Interface{core, e.a.Client} {
+		if _, err := c.CoreV1().Secrets("clusters").Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 
-	inA, inB := mountsIn(t, s.Config, "ws-a"), mountsIn(t, s.Config, "ws-b")
+	// kcp v0.32.3 names nobody: URL mounts are created through the front-proxy's mapping, by
+	// the workspaces' editors.
+	viaMapping := func(token string) *rest.Config {
+		c := e.kcp.Config(token, "")
+		c.Host += framework.KcpMountsMapping
+		return c
+	}
+	inA, inB := mountsIn(t, viaMapping("alice-token"), kcpClusterA), mountsIn(t, viaMapping("bob-token"), kcpClusterB)
 	if _, err := inA.Create(ctx, urlMount("same"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -102,14 +108,14 @@ func TestStatusOfMountsInLogicalClusters(t *testing.T) {
 
 	ready := func(m *v1alpha1.Mount) bool { return m.Status.Phase == v1alpha1.MountPhaseReady }
 	a := waitForMount(ctx, t, inA, "same", ready)
-	if want := base + "/clusters/ws-a/apis/mounts.kcp.io/v1alpha1/mounts/same/proxy"; a.Status.URL != want {
+	if want := base + "/clusters/"+kcpClusterA+"/apis/mounts.kcp.io/v1alpha1/mounts/same/proxy"; a.Status.URL != want {
 		t.Errorf("ws-a's status.URL %q, want %q", a.Status.URL, want)
 	}
 	b := waitForMount(ctx, t, inB, "same", func(m *v1alpha1.Mount) bool { return m.Status.Phase == v1alpha1.MountPhaseConnecting })
 	if c := meta.FindStatusCondition(b.Status.Conditions, v1alpha1.ConditionCredentialsResolved); c == nil || c.Reason != proxy.ReasonSecretNotFound {
 		t.Errorf("ws-b's mount without Secret: CredentialsResolved %+v", c)
 	}
-	if want := base + "/clusters/ws-b/apis/mounts.kcp.io/v1alpha1/mounts/same/proxy"; b.Status.URL != want {
+	if want := base + "/clusters/"+kcpClusterB+"/apis/mounts.kcp.io/v1alpha1/mounts/same/proxy"; b.Status.URL != want {
 		t.Errorf("ws-b's status.URL %q, want %q", b.Status.URL, want)
 	}
 	d := waitForMount(ctx, t, s.Client.MountsV1alpha1().Mounts(), "same", ready)
@@ -122,19 +128,22 @@ func TestStatusOfMountsInLogicalClusters(t *testing.T) {
 	}
 
 	// Metric series name the mount with its cluster.
-	for _, series := range []string{`mount="ws-a/same"`, `mount="same"`} {
+	for _, series := range []string{`mount="`+kcpClusterA+`/same"`, `mount="same"`} {
 		if got, err := framework.MetricSeries(s.Config, "mount_proxy_upstream_connections_total{"+series); err != nil || len(got) == 0 {
 			t.Errorf("series of %s: %v %v", series, got, err)
 		}
 	}
 
 	// ws-b's mount gets its Secret: Ready too, at its own URL.
+	if _, err := e.b.Client.CoreV1().Secrets("clusters").Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	b.Spec.Ref.Name = "same-kubeconfig"
 	if _, err := inB.Update(ctx, b, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	b = waitForMount(ctx, t, inB, "same", ready)
-	if !strings.Contains(b.Status.URL, "/clusters/ws-b/") || b.Status.ObservedGeneration != b.Generation {
+	if !strings.Contains(b.Status.URL, "/clusters/"+kcpClusterB+"/") || b.Status.ObservedGeneration != b.Generation {
 		t.Errorf("ws-b's mount once fixed: %+v", b.Status)
 	}
 	if c := meta.FindStatusCondition(b.Status.Conditions, v1alpha1.ConditionReady); c == nil || c.Reason != status.ReasonProbeSucceeded {
@@ -145,10 +154,10 @@ func TestStatusOfMountsInLogicalClusters(t *testing.T) {
 	if err := inA.Delete(ctx, "same", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := framework.MetricSeries(s.Config, `mount="ws-a/same"`); len(got) != 0 {
+	if got, _ := framework.MetricSeries(s.Config, `mount="`+kcpClusterA+`/same"`); len(got) != 0 {
 		t.Errorf("series of ws-a's deleted mount: %v", got)
 	}
-	if got, _ := framework.MetricSeries(s.Config, `mount="ws-b/same"`); len(got) == 0 {
+	if got, _ := framework.MetricSeries(s.Config, `mount="`+kcpClusterB+`/same"`); len(got) == 0 {
 		t.Error("ws-b's series went with ws-a's mount")
 	}
 }
