@@ -28,8 +28,8 @@ import (
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
-	"github.com/kcp-dev/mount-apiserver/pkg/kcp"
 	"github.com/kcp-dev/mount-apiserver/pkg/clusters"
+	"github.com/kcp-dev/mount-apiserver/pkg/kcp"
 	"github.com/kcp-dev/mount-apiserver/pkg/targetpolicy"
 )
 

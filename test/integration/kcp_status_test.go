@@ -108,14 +108,14 @@ func TestStatusOfMountsInLogicalClusters(t *testing.T) {
 
 	ready := func(m *v1alpha1.Mount) bool { return m.Status.Phase == v1alpha1.MountPhaseReady }
 	a := waitForMount(ctx, t, inA, "same", ready)
-	if want := base + "/clusters/"+kcpClusterA+"/apis/mounts.kcp.io/v1alpha1/mounts/same/proxy"; a.Status.URL != want {
+	if want := base + "/clusters/" + kcpClusterA + "/apis/mounts.kcp.io/v1alpha1/mounts/same/proxy"; a.Status.URL != want {
 		t.Errorf("ws-a's status.URL %q, want %q", a.Status.URL, want)
 	}
 	b := waitForMount(ctx, t, inB, "same", func(m *v1alpha1.Mount) bool { return m.Status.Phase == v1alpha1.MountPhaseConnecting })
 	if c := meta.FindStatusCondition(b.Status.Conditions, v1alpha1.ConditionCredentialsResolved); c == nil || c.Reason != proxy.ReasonSecretNotFound {
 		t.Errorf("ws-b's mount without Secret: CredentialsResolved %+v", c)
 	}
-	if want := base + "/clusters/"+kcpClusterB+"/apis/mounts.kcp.io/v1alpha1/mounts/same/proxy"; b.Status.URL != want {
+	if want := base + "/clusters/" + kcpClusterB + "/apis/mounts.kcp.io/v1alpha1/mounts/same/proxy"; b.Status.URL != want {
 		t.Errorf("ws-b's status.URL %q, want %q", b.Status.URL, want)
 	}
 	d := waitForMount(ctx, t, s.Client.MountsV1alpha1().Mounts(), "same", ready)
@@ -128,7 +128,7 @@ func TestStatusOfMountsInLogicalClusters(t *testing.T) {
 	}
 
 	// Metric series name the mount with its cluster.
-	for _, series := range []string{`mount="`+kcpClusterA+`/same"`, `mount="same"`} {
+	for _, series := range []string{`mount="` + kcpClusterA + `/same"`, `mount="same"`} {
 		if got, err := framework.MetricSeries(s.Config, "mount_proxy_upstream_connections_total{"+series); err != nil || len(got) == 0 {
 			t.Errorf("series of %s: %v %v", series, got, err)
 		}
