@@ -2,6 +2,8 @@ package integration
 
 import (
 	"context"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"fmt"
 	"testing"
 
@@ -54,12 +56,28 @@ func BenchmarkKcpPath(b *testing.B) {
 	}
 	grant(b, e.a, "alice", "ns-reader", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get"}})
 
+	// The shard's own requests, straight to mount-apiserver: its kcp-mode authentication and
+	// authorization without the harness's hop.
+	shardCert, shardKey, err := e.kcp.ShardCA.IssuePEM(&x509.Certificate{Subject: pkix.Name{CommonName: framework.KcpShardClientName}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	shard := &rest.Config{Host: e.server.URL + "/clusters/" + kcpClusterA, TLSClientConfig: rest.TLSClientConfig{CAData: e.server.CAData, CertData: shardCert, KeyData: shardKey}, QPS: 1000, Burst: 2000}
+	shardClient, err := clientset.NewForConfig(shard)
+	if err != nil {
+		b.Fatal(err)
+	}
+
 	for _, c := range []struct {
 		name string
 		do   func() error
 	}{
 		{"get/direct", func() error {
 			_, err := directClient.MountsV1alpha1().Mounts().Get(ctx, "m-042", metav1.GetOptions{})
+			return err
+		}},
+		{"get/shard-certificate", func() error {
+			_, err := shardClient.MountsV1alpha1().Mounts().Get(ctx, "m-042", metav1.GetOptions{})
 			return err
 		}},
 		{"get/kcp", func() error {
