@@ -315,7 +315,9 @@ func TestStop(t *testing.T) {
 		_ = kube.Client.CoreV1().Pods(namespace).Delete(context.Background(), "stop-me", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 	})
 	marker := filepath.Join(t.TempDir(), "started")
-	execCmd := kubectlCmd(ctx, "exec", "stop-me", "--", "sh", "-c", "touch "+marker+"; exec sleep 120")
+	// The marker holds the exec'd process's pid (sh execs sleep in its own process), so the
+	// check below looks at exactly that process, not at others' sleeps on the machine.
+	execCmd := kubectlCmd(ctx, "exec", "stop-me", "--", "sh", "-c", "echo $$ > "+marker+".tmp && mv "+marker+".tmp "+marker+"; exec sleep 120")
 	if err := execCmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -348,14 +350,19 @@ func TestStop(t *testing.T) {
 	}
 	// SIGKILL is delivered at once but takes effect asynchronously; on a loaded machine the
 	// process can still be listed for a few milliseconds.
+	pid, err := os.ReadFile(marker)
+	if err != nil || strings.TrimSpace(string(pid)) == "" {
+		t.Fatalf("the exec'd process's pid: %v %q", err, pid)
+	}
+	proc := "/proc/" + strings.TrimSpace(string(pid))
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		out, _ := exec.Command("pgrep", "-f", "sleep 120").Output()
-		if len(out) == 0 {
+		cmdline, err := os.ReadFile(proc + "/cmdline")
+		if err != nil || !strings.Contains(string(cmdline), "sleep") {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Errorf("exec'd process still running 5s after Stop: pids %s", out)
+			t.Errorf("exec'd process %s still running 5s after Stop", proc)
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
