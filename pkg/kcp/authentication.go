@@ -40,7 +40,7 @@ func forwardedCaller(req *http.Request) (*authenticator.Response, bool, error) {
 		headerrequest.ClearAuthenticationHeaders(req.Header, remoteUserHeaders, remoteUIDHeaders, remoteGroupHeaders, remoteExtraHeaderPrefixe)
 		return &authenticator.Response{User: &user.DefaultInfo{
 			Name:   ForwardedWithoutIdentityUser,
-			Groups: []string{AuthorizedByKcpGroup},
+			Groups: []string{AuthorizedByKcpGroup, ThroughKcpGroup},
 		}}, true, nil
 	}
 	u := resp.User.(*user.DefaultInfo)
@@ -48,10 +48,18 @@ func forwardedCaller(req *http.Request) (*authenticator.Response, bool, error) {
 		// A caller named like the stand-in for nobody is nobody.
 		u.Groups = nil
 	}
-	if !slices.Contains(u.Groups, AuthorizedByKcpGroup) {
-		u.Groups = append(u.Groups, AuthorizedByKcpGroup)
-	}
+	u.Groups = withGroups(u.Groups, AuthorizedByKcpGroup, ThroughKcpGroup)
 	return resp, true, nil
+}
+
+// withGroups returns groups with add, each once.
+func withGroups(groups []string, add ...string) []string {
+	for _, g := range add {
+		if !slices.Contains(groups, g) {
+			groups = append(groups, g)
+		}
+	}
+	return groups
 }
 
 // FrontProxyAuthenticator authenticates requests that kcp's front-proxy sends to a mounted
@@ -59,7 +67,17 @@ func forwardedCaller(req *http.Request) (*authenticator.Response, bool, error) {
 // caller. The front-proxy did not authorize the caller for this server's resources; these
 // requests are authorized like direct ones: X-Remote-Group cannot claim AuthorizedByKcpGroup.
 func FrontProxyAuthenticator(verify x509request.VerifyOptionFunc, names headerrequest.StringSliceProvider) authenticator.Request {
-	return NotAuthorizedByKcp(headerrequest.NewDynamicVerifyOptionsSecure(verify, names, remoteUserHeaders, remoteUIDHeaders, remoteGroupHeaders, remoteExtraHeaderPrefixe))
+	named := NotAuthorizedByKcp(headerrequest.NewDynamicVerifyOptionsSecure(verify, names, remoteUserHeaders, remoteUIDHeaders, remoteGroupHeaders, remoteExtraHeaderPrefixe))
+	return authenticator.RequestFunc(func(req *http.Request) (*authenticator.Response, bool, error) {
+		resp, ok, err := named.AuthenticateRequest(req)
+		if !ok || err != nil {
+			return resp, ok, err
+		}
+		out := *resp
+		out.User = &user.DefaultInfo{Name: resp.User.GetName(), UID: resp.User.GetUID(), Extra: resp.User.GetExtra(),
+			Groups: withGroups(slices.Clone(resp.User.GetGroups()), ThroughKcpGroup)}
+		return &out, true, nil
+	})
 }
 
 // NotAuthorizedByKcp keeps every authenticator but the shard's from claiming that kcp

@@ -56,13 +56,13 @@ func TestShardAuthenticator(t *testing.T) {
 	auth := ShardAuthenticator(verifyWith(shardCA), headerrequest.StaticStringSlice{"kcp-shard"})
 
 	resp, ok, err := auth.AuthenticateRequest(request(clientCert(t, shardCA, "kcp-shard"), nil))
-	if !ok || err != nil || resp.User.GetName() != ForwardedWithoutIdentityUser || !slices.Equal(resp.User.GetGroups(), []string{AuthorizedByKcpGroup}) {
+	if !ok || err != nil || resp.User.GetName() != ForwardedWithoutIdentityUser || !slices.Equal(resp.User.GetGroups(), []string{AuthorizedByKcpGroup, ThroughKcpGroup}) {
 		t.Errorf("v0.32.3 forward: %v %v %+v", ok, err, resp)
 	}
 	h := http.Header{"X-Remote-User": {"alice"}, "X-Remote-Group": {"team"}, "X-Remote-Extra-Scopes": {"s"}}
 	req := request(clientCert(t, shardCA, "kcp-shard"), h)
 	resp, ok, err = auth.AuthenticateRequest(req)
-	if !ok || err != nil || resp.User.GetName() != "alice" || !slices.Equal(resp.User.GetGroups(), []string{"team", AuthorizedByKcpGroup}) || resp.User.GetExtra()["scopes"][0] != "s" {
+	if !ok || err != nil || resp.User.GetName() != "alice" || !slices.Equal(resp.User.GetGroups(), []string{"team", AuthorizedByKcpGroup, ThroughKcpGroup}) || resp.User.GetExtra()["scopes"][0] != "s" {
 		t.Errorf("kcp main forward: %v %v %+v", ok, err, resp)
 	}
 	if len(req.Header) != 0 {
@@ -134,6 +134,8 @@ func TestClusterAuthorizer(t *testing.T) {
 		{"a direct caller without reviews", ctx, attrs(direct, "patch", ""), authorizer.DecisionDeny},
 		{"a direct caller in all clusters", clusters.WithCluster(ctx, clusters.Wildcard), attrs(direct, "list", ""), authorizer.DecisionDeny},
 		{"an administrator", ctx, attrs(admin, "lend", ""), authorizer.DecisionAllow},
+		{"kcp's group named like the administrators", ctx, attrs(&user.DefaultInfo{Name: "eve", Groups: []string{"admins", ThroughKcpGroup}}, "lend", ""), authorizer.DecisionDeny},
+		{"the default cluster through kcp", context.Background(), attrs(&user.DefaultInfo{Name: "eve", Groups: []string{"admins", ThroughKcpGroup}}, "get", ""), authorizer.DecisionDeny},
 	} {
 		if got, reason, _ := authz.Authorize(c.ctx, c.a); got != c.want {
 			t.Errorf("%s: %v (%s), want %v", c.name, got, reason, c.want)
@@ -155,8 +157,8 @@ func TestFrontProxyAuthenticator(t *testing.T) {
 	ca, _ := pki.NewCA("front-proxy")
 	auth := FrontProxyAuthenticator(verifyWith(ca), headerrequest.StaticStringSlice{"kcp-front-proxy"})
 	resp, ok, err := auth.AuthenticateRequest(request(clientCert(t, ca, "kcp-front-proxy"), http.Header{"X-Remote-User": {"alice"}, "X-Remote-Group": {"team", AuthorizedByKcpGroup}}))
-	if !ok || err != nil || resp.User.GetName() != "alice" || !slices.Equal(resp.User.GetGroups(), []string{"team"}) {
-		t.Errorf("%v %v %+v", ok, err, resp)
+	if !ok || err != nil || resp.User.GetName() != "alice" || !slices.Equal(resp.User.GetGroups(), []string{"team", ThroughKcpGroup}) {
+		t.Errorf("%v %v %+v", ok, err, resp.User)
 	}
 	if _, ok, _ := auth.AuthenticateRequest(request(clientCert(t, ca, "mallory"), http.Header{"X-Remote-User": {"alice"}})); ok {
 		t.Error("a certificate with a name not allowed authenticated")

@@ -23,11 +23,11 @@ import (
 //   - a request kcp forwarded (AuthorizedByKcpGroup) is allowed what kcp authorized: the
 //     request itself. Further checks (verb lend, create for upgrades, Secret access) ask kcp
 //     for the named caller, and fail for a caller kcp did not name;
-//   - administrators (AdminGroups) are authorized by Delegate;
+//   - this server's administrators (AdminGroups, not through kcp) are authorized by Delegate;
 //   - everybody else is authorized by kcp's RBAC in that logical cluster (Reviews), or not
 //     at all without it.
 //
-// The default cluster is Delegate's alone.
+// The default cluster is Delegate's alone, and closed to requests through kcp.
 type ClusterAuthorizer struct {
 	Delegate    authorizer.Authorizer
 	AdminGroups []string
@@ -40,15 +40,21 @@ var _ authorizer.Authorizer = ClusterAuthorizer{}
 // Authorize implements authorizer.Authorizer.
 func (a ClusterAuthorizer) Authorize(ctx context.Context, attrs authorizer.Attributes) (authorizer.Decision, string, error) {
 	cluster := clusters.From(ctx)
-	if cluster == clusters.DefaultCluster {
-		return a.Delegate.Authorize(ctx, attrs)
-	}
 	u := attrs.GetUser()
 	if u == nil {
 		return authorizer.DecisionDeny, "no user", nil
 	}
 	groups := u.GetGroups()
-	if slices.ContainsFunc(groups, func(g string) bool { return slices.Contains(a.AdminGroups, g) }) {
+	throughKcp := slices.Contains(groups, ThroughKcpGroup)
+	if cluster == clusters.DefaultCluster {
+		if throughKcp {
+			// kcp's users and groups are not this server's: the default cluster's authorizer
+			// would read a kcp group that happens to be named like this server's admins as them.
+			return authorizer.DecisionDeny, "requests that come through kcp address a logical cluster (/clusters/<name>/...)", nil
+		}
+		return a.Delegate.Authorize(ctx, attrs)
+	}
+	if !throughKcp && slices.ContainsFunc(groups, func(g string) bool { return slices.Contains(a.AdminGroups, g) }) {
 		return a.Delegate.Authorize(ctx, attrs)
 	}
 	if slices.Contains(groups, AuthorizedByKcpGroup) {

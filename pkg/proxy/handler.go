@@ -207,7 +207,7 @@ func impersonation(m *mounts.Mount, caller user.Info) (*transport.ImpersonationC
 	}
 	groups := make([]string, 0, len(caller.GetGroups()))
 	for _, g := range caller.GetGroups() {
-		if g == kcp.AuthorizedByKcpGroup {
+		if kcp.IsServerGroup(g) {
 			continue
 		}
 		groups = append(groups, id.GroupPrefix+g)

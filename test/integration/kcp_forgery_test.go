@@ -37,10 +37,10 @@ func TestKcpForgedIdentity(t *testing.T) {
 	}
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(s.CAData)
-	get := func(cert tls.Certificate, header http.Header) (int, string) {
+	getAt := func(path string, cert tls.Certificate, header http.Header) (int, string) {
 		t.Helper()
 		client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{cert}}}}
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+"/clusters/abc/apis/mounts.kcp.io/v1alpha1/mounts", nil)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+path, nil)
 		for key, v := range header {
 			req.Header[key] = v
 		}
@@ -51,6 +51,10 @@ func TestKcpForgedIdentity(t *testing.T) {
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(body)
+	}
+	get := func(cert tls.Certificate, header http.Header) (int, string) {
+		t.Helper()
+		return getAt("/clusters/abc/apis/mounts.kcp.io/v1alpha1/mounts", cert, header)
 	}
 	issue := func(ca *pki.CA, cn string, orgs ...string) tls.Certificate {
 		cert, key, err := ca.Issue(&x509.Certificate{Subject: pkix.Name{CommonName: cn, Organization: orgs}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
@@ -76,6 +80,12 @@ func TestKcpForgedIdentity(t *testing.T) {
 	}
 	admin := http.Header{"X-Remote-User": {"mount-admin"}, "X-Remote-Group": {authorization.AdminsGroup}}
 
+	// Nor in the default cluster, which requests through kcp never address.
+	for _, path := range []string{"/apis/mounts.kcp.io/v1alpha1/mounts", framework.KcpMountsMapping + "/apis/mounts.kcp.io/v1alpha1/mounts"} {
+		if code, body := getAt(path, issue(k.FrontProxyCA, framework.KcpFrontProxyClientName), admin); code != http.StatusForbidden {
+			t.Errorf("the front-proxy naming an administrator at %s: %d %s", path, code, body)
+		}
+	}
 	// The shard's own certificate is served: the request is kcp's.
 	if code, body := get(issue(k.ShardCA, framework.KcpShardClientName), nil); code != http.StatusOK {
 		t.Fatalf("the shard's request: %d %s", code, body)
@@ -89,6 +99,8 @@ func TestKcpForgedIdentity(t *testing.T) {
 		"the shard CA with a name it does not allow":                            {issue(k.ShardCA, "mallory"), nil},
 		"the front-proxy CA with a name it does not allow, naming an admin":     {issue(k.FrontProxyCA, "mallory"), admin},
 		"the front-proxy's certificate claiming kcp's group":                    {issue(k.FrontProxyCA, framework.KcpFrontProxyClientName), http.Header{"X-Remote-User": {"mallory"}, "X-Remote-Group": {kcp.AuthorizedByKcpGroup}}},
+		// kcp's groups are kcp's: one named like this server's administrators is not them.
+		"the front-proxy naming a kcp group called like the administrators": {issue(k.FrontProxyCA, framework.KcpFrontProxyClientName), admin},
 	} {
 		code, body := get(c.cert, c.header)
 		if code != http.StatusUnauthorized && code != http.StatusForbidden {
