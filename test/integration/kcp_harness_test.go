@@ -108,6 +108,27 @@ func startKcpServer(t testing.TB, k *framework.Kcp, modify func(*options.Options
 	return s
 }
 
+// remoteSecretOfAlice has alice create, through kcp, the Secret clusters/remote in root:ws-a
+// with the remote kube-apiserver's admin kubeconfig, for URL mounts to reference.
+func (e *kcpEnv) remoteSecretOfAlice(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	kubeconfig, err := framework.KubeconfigBytes(e.remote.AdminConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	aliceWS, err := kubernetes.NewForConfig(e.kcp.Config("alice-token", "root:ws-a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := aliceWS.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "clusters"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := aliceWS.CoreV1().Secrets("clusters").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "remote"}, Data: map[string][]byte{"kubeconfig": kubeconfig}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // mountsEditor is what an editor of Mounts holds in a consumer workspace: Mounts, the proxy,
 // lending, and reading the Secrets its mounts reference.
 var mountsEditor = []rbacv1.PolicyRule{
@@ -318,21 +339,7 @@ func TestKcpURLMountIdentity(t *testing.T) {
 	for _, version := range []framework.KcpVersion{framework.KcpV0323, framework.KcpMain} {
 		t.Run(string(version), func(t *testing.T) {
 			e := startKcpEnv(t, kcpEnvOptions{version: version, modify: apiOnly, remote: true})
-			ctx := context.Background()
-			kubeconfig, err := framework.KubeconfigBytes(e.remote.AdminConfig)
-			if err != nil {
-				t.Fatal(err)
-			}
-			aliceWS, err := kubernetes.NewForConfig(e.kcp.Config("alice-token", "root:ws-a"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := aliceWS.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "clusters"}}, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := aliceWS.CoreV1().Secrets("clusters").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "remote"}, Data: map[string][]byte{"kubeconfig": kubeconfig}}, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
+			e.remoteSecretOfAlice(t)
 			urlMountYAML := func(name, mode string) string {
 				return writeFile(t, name+".yaml", "apiVersion: mounts.kcp.io/v1alpha1\nkind: Mount\nmetadata: {name: "+name+"}\nspec: {type: URL, ref: {namespace: clusters, name: remote}, identity: {mode: "+mode+"}}\n")
 			}
@@ -441,20 +448,7 @@ func runKubectl(kubeconfig string, args ...string) (string, error) {
 func TestKcpMountedWorkspace(t *testing.T) {
 	e := startKcpEnv(t, kcpEnvOptions{remote: true})
 	ctx := context.Background()
-	kubeconfig, err := framework.KubeconfigBytes(e.remote.AdminConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	aliceWS, err := kubernetes.NewForConfig(e.kcp.Config("alice-token", "root:ws-a"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := aliceWS.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "clusters"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := aliceWS.CoreV1().Secrets("clusters").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "remote"}, Data: map[string][]byte{"kubeconfig": kubeconfig}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	e.remoteSecretOfAlice(t)
 	// kcp v0.32.3 names nobody, so the URL mount is created through the mapping, as alice.
 	mapping := mustKubeconfigAt(t, e, "alice-token", framework.KcpMountsMapping+"/clusters/"+kcpClusterA)
 	if out, err := runKubectl(mapping, "create", "-f", writeFile(t, "m.yaml", "apiVersion: mounts.kcp.io/v1alpha1\nkind: Mount\nmetadata: {name: prod}\nspec: {type: URL, ref: {namespace: clusters, name: remote}}\n")); err != nil {

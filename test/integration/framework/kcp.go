@@ -82,6 +82,7 @@ type KcpWorkspace struct {
 // tokens.
 type KcpUser struct {
 	Name   string
+	UID    string
 	Groups []string
 	Extra  map[string][]string
 }
@@ -363,19 +364,8 @@ func (k *Kcp) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	caller := u.Name
-	// Impersonation, as kcp does it itself: RBAC "impersonate" of the caller in the workspace.
-	if name := req.Header.Get("Impersonate-User"); name != "" {
-		if !k.allowed(req.Context(), ws, u, authorizationv1.ResourceAttributes{Verb: "impersonate", Resource: "users", Name: name}) {
-			kcpStatus(w, http.StatusForbidden, "Forbidden", fmt.Sprintf("user %q cannot impersonate user %q in workspace %q", u.Name, name, ws.Path))
-			return
-		}
-		for _, g := range req.Header.Values("Impersonate-Group") {
-			if !k.allowed(req.Context(), ws, u, authorizationv1.ResourceAttributes{Verb: "impersonate", Resource: "groups", Name: g}) {
-				kcpStatus(w, http.StatusForbidden, "Forbidden", fmt.Sprintf("user %q cannot impersonate group %q in workspace %q", u.Name, g, ws.Path))
-				return
-			}
-		}
-		u = KcpUser{Name: name, Groups: req.Header.Values("Impersonate-Group")}
+	if u, ok = k.impersonate(w, req, ws, u); !ok {
+		return
 	}
 	k.mu.Lock()
 	k.requests = append(k.requests, KcpRequest{Method: req.Method, Path: req.URL.Path, User: caller, As: u.Name})
@@ -415,6 +405,52 @@ func (k *Kcp) authenticate(req *http.Request) (KcpUser, bool) {
 	return u, ok
 }
 
+// impersonate applies the request's Impersonate-* headers as kcp does it itself: each of
+// user, groups, UID and extras needs RBAC "impersonate" of the caller in the workspace, and
+// nothing is impersonated without a user. It answers the refusal itself.
+func (k *Kcp) impersonate(w http.ResponseWriter, req *http.Request, ws *KcpWorkspace, u KcpUser) (KcpUser, bool) {
+	as := KcpUser{Name: req.Header.Get("Impersonate-User"), Groups: req.Header.Values("Impersonate-Group"), UID: req.Header.Get("Impersonate-Uid")}
+	checks := []authorizationv1.ResourceAttributes{{Verb: "impersonate", Resource: "users", Name: as.Name}}
+	for _, g := range as.Groups {
+		checks = append(checks, authorizationv1.ResourceAttributes{Verb: "impersonate", Resource: "groups", Name: g})
+	}
+	if as.UID != "" {
+		checks = append(checks, authorizationv1.ResourceAttributes{Verb: "impersonate", Group: "authentication.k8s.io", Resource: "uids", Name: as.UID})
+	}
+	for key, values := range req.Header {
+		name, ok := strings.CutPrefix(key, "Impersonate-Extra-")
+		if !ok {
+			continue
+		}
+		name, err := url.PathUnescape(strings.ToLower(name))
+		if err != nil {
+			kcpStatus(w, http.StatusBadRequest, "BadRequest", fmt.Sprintf("invalid extra key %q", key))
+			return u, false
+		}
+		if as.Extra == nil {
+			as.Extra = map[string][]string{}
+		}
+		as.Extra[name] = values
+		for _, v := range values {
+			checks = append(checks, authorizationv1.ResourceAttributes{Verb: "impersonate", Group: "authentication.k8s.io", Resource: "userextras", Subresource: name, Name: v})
+		}
+	}
+	if as.Name == "" {
+		if len(checks) > 1 {
+			kcpStatus(w, http.StatusBadRequest, "BadRequest", "requested impersonation of groups, a UID or extras without impersonating a user")
+			return u, false
+		}
+		return u, true
+	}
+	for _, attrs := range checks {
+		if !k.allowed(req.Context(), ws, u, attrs) {
+			kcpStatus(w, http.StatusForbidden, "Forbidden", fmt.Sprintf("user %q cannot impersonate %s %q in workspace %q", u.Name, strings.TrimSuffix(attrs.Resource, "s"), attrs.Name, ws.Path))
+			return u, false
+		}
+	}
+	return as, true
+}
+
 // allowed asks the workspace's kube-apiserver whether u may do attrs.
 func (k *Kcp) allowed(ctx context.Context, ws *KcpWorkspace, u KcpUser, attrs authorizationv1.ResourceAttributes) bool {
 	if ws.Kube == nil {
@@ -425,7 +461,7 @@ func (k *Kcp) allowed(ctx context.Context, ws *KcpWorkspace, u KcpUser, attrs au
 		extra[key] = v
 	}
 	review, err := ws.Kube.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-		User: u.Name, Groups: append([]string{"system:authenticated"}, u.Groups...), Extra: extra, ResourceAttributes: &attrs,
+		User: u.Name, UID: u.UID, Groups: append([]string{"system:authenticated"}, u.Groups...), Extra: extra, ResourceAttributes: &attrs,
 	}}, metav1.CreateOptions{})
 	return err == nil && review.Status.Allowed
 }
@@ -677,6 +713,12 @@ func (k *Kcp) forwardToKube(w http.ResponseWriter, req *http.Request, kube *Kube
 			h.Set("Impersonate-User", u.Name)
 			for _, g := range u.Groups {
 				h.Add("Impersonate-Group", g)
+			}
+			if u.UID != "" {
+				h.Set("Impersonate-Uid", u.UID)
+			}
+			for key, values := range u.Extra {
+				h["Impersonate-Extra-"+url.PathEscape(key)] = values
 			}
 		}
 	})
