@@ -132,8 +132,11 @@ type KcpBindingListing struct {
 //   - other /clusters/<workspace>/... paths: the workspace's own APIs (its kube-apiserver, with
 //     impersonation of the authenticated caller), tenancy.kcp.io Workspaces of its children.
 //
-// Unknown workspaces, unauthenticated callers, wildcard paths of consumers and unbound
-// workspaces are refused as kcp refuses them.
+// A caller's Impersonate-* headers take effect in a workspace where its RBAC lets the caller
+// impersonate (user, groups, UID, extras), as kcp applies impersonation itself. Unknown
+// workspaces, unauthenticated callers, wildcard paths of consumers and unbound workspaces are
+// refused as kcp refuses them. Requests and Forwarded tell a test what kcp served and what it
+// sent to mount-apiserver.
 type Kcp struct {
 	Version KcpVersion
 	URL     string
