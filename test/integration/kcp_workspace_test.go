@@ -40,9 +40,20 @@ func requestsIn(reqs []framework.KcpRequest, cluster, path string) []framework.K
 	return in
 }
 
+// grantImpersonator lets the provider impersonate callers in the workspace of kube, as a
+// workspace must for its Workspace mounts (kcp checks impersonation with RBAC): users, groups,
+// and the credential ID of a client certificate, an extra the proxy impersonates too.
+func grantImpersonator(t testing.TB, kube *framework.KubeAPIServer) {
+	t.Helper()
+	grant(t, kube, framework.KcpProviderUser, "impersonator",
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"users", "groups"}, Verbs: []string{"impersonate"}},
+		rbacv1.PolicyRule{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"userextras/authentication.kubernetes.io/credential-id"}, Verbs: []string{"impersonate"}})
+}
+
 // TestWorkspaceMounts: through the kcp harness, a Workspace mount in root:ws-a is a soft link
-// to root:ws-b, resolved through kcp. Its proxy reaches ws-b under the caller's identity (user
-// and groups; kcp sees the provider impersonating the caller, and ws-b's RBAC decides), for
+// to root:ws-b, resolved through kcp. Its proxy reaches ws-b under the caller's identity (user,
+// groups and extras, whether the caller came through kcp's front-proxy or is mount-apiserver's
+// own admin; kcp sees the provider impersonating the caller, and ws-b's RBAC decides), for
 // plain requests and upgrades (kubectl exec into a pod of ws-b), and never for a caller kcp
 // did not name. A Redirect mount answers 307 to ws-b's URL with path and query, which kubectl
 // follows with its own credentials, even when kcp named nobody. Paths cannot escape ws-b
@@ -50,9 +61,8 @@ func requestsIn(reqs []framework.KcpRequest, cluster, path string) []framework.K
 func TestWorkspaceMounts(t *testing.T) {
 	e := startKcpEnv(t, kcpEnvOptions{modify: apiOnly})
 	ctx := context.Background()
-	// The provider impersonates callers in the target workspace (kcp lets it where RBAC
-	// does); alice may list namespaces there, carol may not.
-	grant(t, e.b, framework.KcpProviderUser, "impersonator", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"users", "groups"}, Verbs: []string{"impersonate"}})
+	grantImpersonator(t, e.b)
+	// alice may list namespaces in the target workspace, carol may not.
 	grant(t, e.b, "alice", "ns-reader", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list"}})
 	grant(t, e.a, "carol", "mounts-proxy", rbacv1.PolicyRule{APIGroups: []string{"mounts.kcp.io"}, Resources: []string{"mounts/proxy"}, Verbs: []string{"get"}})
 
@@ -112,6 +122,25 @@ spec: {type: Workspace, ref: {kind: Workspace, name: "root:gone"}}
 		if r.User != framework.KcpProviderUser || r.As != "alice" {
 			t.Errorf("kcp saw %+v, want the provider impersonating alice", r)
 		}
+	}
+
+	// mount-apiserver's own admin, calling it directly with its client certificate, reaches
+	// ws-b as itself too: its groups, and its certificate's credential ID as an extra.
+	out = mustKubectl(t, e.server, "--server="+e.server.URL+mountProxy("/clusters/"+kcpClusterA, "link"), "auth", "whoami", "-o", "json")
+	var adminReview struct {
+		Status struct {
+			UserInfo struct {
+				Username string              `json:"username"`
+				Groups   []string            `json:"groups"`
+				Extra    map[string][]string `json:"extra"`
+			} `json:"userInfo"`
+		} `json:"status"`
+	}
+	if err := json.Unmarshal([]byte(out), &adminReview); err != nil {
+		t.Fatalf("whoami: %v\n%s", err, out)
+	}
+	if u := adminReview.Status.UserInfo; u.Username != pki.AdminUser || !slices.Contains(u.Groups, authorization.AdminsGroup) || len(u.Extra["authentication.kubernetes.io/credential-id"]) != 1 {
+		t.Errorf("the workspace saw %+v, want the caller %s in %s with its credential ID", u, pki.AdminUser, authorization.AdminsGroup)
 	}
 
 	// ws-b's RBAC decides: alice may list namespaces, carol, who may proxy in ws-a, may not.
@@ -246,11 +275,7 @@ func hasNamespace(items []corev1.Namespace, name string) bool {
 func BenchmarkWorkspaceMount(b *testing.B) {
 	e := startKcpEnv(b, kcpEnvOptions{modify: apiOnly})
 	ctx := context.Background()
-	// The admin authenticates with a client certificate, whose credential ID is an extra the
-	// proxy impersonates too.
-	grant(b, e.b, framework.KcpProviderUser, "impersonator",
-		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"users", "groups"}, Verbs: []string{"impersonate"}},
-		rbacv1.PolicyRule{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"userextras/authentication.kubernetes.io/credential-id"}, Verbs: []string{"impersonate"}})
+	grantImpersonator(b, e.b)
 	inA := rest.CopyConfig(e.server.Config)
 	inA.Host += "/clusters/" + kcpClusterA
 	mountsClient, err := clientset.NewForConfig(inA)
