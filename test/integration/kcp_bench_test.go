@@ -15,7 +15,6 @@ import (
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
 	clientset "github.com/kcp-dev/mount-apiserver/pkg/generated/clientset/versioned"
-	"github.com/kcp-dev/mount-apiserver/test/integration/framework"
 )
 
 // BenchmarkKcpPath compares, in one run, Mounts read through the kcp harness (kcp's shard:
@@ -27,7 +26,7 @@ import (
 //
 //	go test ./test/integration -run '^$' -bench BenchmarkKcpPath -benchtime 300x
 func BenchmarkKcpPath(b *testing.B) {
-	e := startKcpEnv(b, framework.KcpV0323, apiOnly)
+	e := startKcpEnv(b, kcpEnvOptions{modify: apiOnly})
 	ctx := context.Background()
 	const n = 100
 	direct := rest.CopyConfig(e.server.Config)

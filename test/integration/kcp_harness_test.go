@@ -24,8 +24,8 @@ import (
 
 // kcpEnv is mount-apiserver behind the kcp harness (framework.Kcp, which does what DESIGN.md
 // section 1 observed kcp do; kcp itself cannot be built here): two consumer workspaces
-// root:ws-a and root:ws-b, each a real kube-apiserver holding RBAC and Secrets, and a real
-// remote kube-apiserver for URL mounts.
+// root:ws-a and root:ws-b, each a real kube-apiserver holding RBAC and Secrets, and, where
+// asked for, a real remote kube-apiserver for URL mounts.
 type kcpEnv struct {
 	kcp      *framework.Kcp
 	server   *framework.Server
@@ -34,16 +34,33 @@ type kcpEnv struct {
 	provider clientset.Interface // through the APIExport's virtual workspace, all clusters
 }
 
+// kcpEnvOptions shape a kcpEnv.
+type kcpEnvOptions struct {
+	// version is the kcp the harness reproduces; "" is kcp v0.32.3.
+	version framework.KcpVersion
+	// modify changes mount-apiserver's options after the harness configured them.
+	modify func(*options.Options)
+	// remote starts the remote kube-apiserver of URL mounts.
+	remote bool
+}
+
 const (
 	kcpClusterA = "2a2a2a2a"
 	kcpClusterB = "2b2b2b2b"
 )
 
-func startKcpEnv(t testing.TB, version framework.KcpVersion, modify func(*options.Options)) *kcpEnv {
+func startKcpEnv(t testing.TB, opts kcpEnvOptions) *kcpEnv {
 	t.Helper()
 	ctx := context.Background()
-	e := &kcpEnv{kcp: framework.StartKcp(t, version)}
-	for _, k := range []**framework.KubeAPIServer{&e.a, &e.b, &e.remote} {
+	if opts.version == "" {
+		opts.version = framework.KcpV0323
+	}
+	e := &kcpEnv{kcp: framework.StartKcp(t, opts.version)}
+	kubes := []**framework.KubeAPIServer{&e.a, &e.b}
+	if opts.remote {
+		kubes = append(kubes, &e.remote)
+	}
+	for _, k := range kubes {
 		kube, err := framework.StartKubeAPIServer(ctx, t.TempDir())
 		if err != nil {
 			t.Fatal(err)
@@ -65,22 +82,51 @@ func startKcpEnv(t testing.TB, version framework.KcpVersion, modify func(*option
 		grant(t, k, framework.KcpProviderUser, "mount-provider-reviews", rbacv1.PolicyRule{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}})
 	}
 
-	e.server = framework.StartInProcess(t, "", func(o *options.Options) {
-		if err := e.kcp.Configure(o); err != nil {
+	e.server = startKcpServer(t, e.kcp, opts.modify)
+	var err error
+	if e.provider, err = clientset.NewForConfig(e.kcp.Config("provider-token", "")); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// startKcpServer starts mount-apiserver configured to meet the harness k, then modified, and
+// points the export's virtual storage at it.
+func startKcpServer(t testing.TB, k *framework.Kcp, modify func(*options.Options)) *framework.Server {
+	t.Helper()
+	s := framework.StartInProcess(t, "", func(o *options.Options) {
+		if err := k.Configure(o); err != nil {
 			t.Fatal(err)
 		}
 		if modify != nil {
 			modify(o)
 		}
 	})
-	if err := e.kcp.ServeMounts(e.server.URL, e.server.CAData); err != nil {
+	if err := k.ServeMounts(s.URL, s.CAData); err != nil {
 		t.Fatal(err)
 	}
-	var err error
-	if e.provider, err = clientset.NewForConfig(e.kcp.Config("provider-token", "")); err != nil {
+	return s
+}
+
+// remoteSecretOfAlice has alice create, through kcp, the Secret clusters/remote in root:ws-a
+// with the remote kube-apiserver's admin kubeconfig, for URL mounts to reference.
+func (e *kcpEnv) remoteSecretOfAlice(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	kubeconfig, err := framework.KubeconfigBytes(e.remote.AdminConfig)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return e
+	aliceWS, err := kubernetes.NewForConfig(e.kcp.Config("alice-token", "root:ws-a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := aliceWS.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "clusters"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := aliceWS.CoreV1().Secrets("clusters").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "remote"}, Data: map[string][]byte{"kubeconfig": kubeconfig}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // mountsEditor is what an editor of Mounts holds in a consumer workspace: Mounts, the proxy,
@@ -141,7 +187,7 @@ func writeFile(t *testing.T, name, content string) string {
 // only its own, the provider's wildcard watch through the APIExport's virtual workspace sees
 // both, discovery and explain work, and kcp's RBAC decides who may proxy.
 func TestKcpConsumerWorkspaces(t *testing.T) {
-	e := startKcpEnv(t, framework.KcpV0323, apiOnly)
+	e := startKcpEnv(t, kcpEnvOptions{modify: apiOnly})
 	ctx := context.Background()
 
 	all, err := e.provider.MountsV1alpha1().Mounts().Watch(ctx, metav1.ListOptions{})
@@ -292,22 +338,8 @@ func mustKubeconfig(t *testing.T, k *framework.Kcp, token, path string) string {
 func TestKcpURLMountIdentity(t *testing.T) {
 	for _, version := range []framework.KcpVersion{framework.KcpV0323, framework.KcpMain} {
 		t.Run(string(version), func(t *testing.T) {
-			e := startKcpEnv(t, version, apiOnly)
-			ctx := context.Background()
-			kubeconfig, err := framework.KubeconfigBytes(e.remote.AdminConfig)
-			if err != nil {
-				t.Fatal(err)
-			}
-			aliceWS, err := kubernetes.NewForConfig(e.kcp.Config("alice-token", "root:ws-a"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := aliceWS.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "clusters"}}, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := aliceWS.CoreV1().Secrets("clusters").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "remote"}, Data: map[string][]byte{"kubeconfig": kubeconfig}}, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
+			e := startKcpEnv(t, kcpEnvOptions{version: version, modify: apiOnly, remote: true})
+			e.remoteSecretOfAlice(t)
 			urlMountYAML := func(name, mode string) string {
 				return writeFile(t, name+".yaml", "apiVersion: mounts.kcp.io/v1alpha1\nkind: Mount\nmetadata: {name: "+name+"}\nspec: {type: URL, ref: {namespace: clusters, name: remote}, identity: {mode: "+mode+"}}\n")
 			}
@@ -407,72 +439,6 @@ func runKubectl(kubeconfig string, args ...string) (string, error) {
 	return string(out), err
 }
 
-// TestKcpWorkspaceAndRedirectMounts: a Workspace mount in root:ws-a is a soft link to
-// root:ws-b, resolved through kcp; its proxy reaches ws-b under the caller's identity with
-// kcp's authorization there (ws-b's RBAC), and never for a caller kcp did not name. A
-// Redirect mount sends the client to ws-b's URL, which kubectl follows with its own
-// credentials.
-func TestKcpWorkspaceAndRedirectMounts(t *testing.T) {
-	e := startKcpEnv(t, framework.KcpV0323, apiOnly)
-	// The provider impersonates callers in the target workspace (kcp lets it where RBAC
-	// does); alice may list namespaces in ws-b, carol may not.
-	grant(t, e.b, framework.KcpProviderUser, "impersonator", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"users", "groups"}, Verbs: []string{"impersonate"}})
-	grant(t, e.b, "alice", "ns-reader", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list"}})
-	grant(t, e.a, "carol", "mounts-proxy", rbacv1.PolicyRule{APIGroups: []string{"mounts.kcp.io"}, Resources: []string{"mounts/proxy"}, Verbs: []string{"get"}})
-
-	e.mustKubectl(t, "alice-token", "root:ws-a", "create", "-f", writeFile(t, "mounts.yaml", `apiVersion: mounts.kcp.io/v1alpha1
-kind: Mount
-metadata: {name: link}
-spec: {type: Workspace, ref: {name: "root:ws-b"}}
----
-apiVersion: mounts.kcp.io/v1alpha1
-kind: Mount
-metadata: {name: jump}
-spec: {type: Redirect, ref: {name: "root:ws-b"}}
----
-apiVersion: mounts.kcp.io/v1alpha1
-kind: Mount
-metadata: {name: nowhere}
-spec: {type: Workspace, ref: {name: "root:gone"}}
-`))
-	namespaces := "/proxy/api/v1/namespaces/default"
-	at := func(prefix, mount string) string {
-		return prefix + "/apis/mounts.kcp.io/v1alpha1/mounts/" + mount + namespaces
-	}
-	viaKcp, viaMapping := "/clusters/root:ws-a", framework.KcpMountsMapping+"/clusters/"+kcpClusterA
-
-	// Through kcp v0.32.3 nobody is named: a soft link impersonates, so it refuses.
-	if out, err := e.kubectl(t, "alice-token", "", "get", "--raw", at(viaKcp, "link")); err == nil || !strings.Contains(out, "without naming its caller") {
-		t.Errorf("a Workspace mount served a request of nobody: %v\n%s", err, out)
-	}
-	// Through the front-proxy's mapping: alice reaches ws-b as alice; carol, whom ws-b does
-	// not let read namespaces, is refused there.
-	if out, err := e.kubectl(t, "alice-token", "", "get", "--raw", at(viaMapping, "link")); err != nil || !strings.Contains(out, `"name":"default"`) {
-		t.Errorf("alice through the soft link: %v\n%s", err, out)
-	}
-	if out, err := e.kubectl(t, "carol-token", "", "get", "--raw", at(viaMapping, "link")); err == nil || !strings.Contains(out, `User "carol" cannot get resource "namespaces"`) {
-		t.Errorf("carol through the soft link: %v\n%s", err, out)
-	}
-	// Paths stay inside the target workspace.
-	if out, err := e.kubectl(t, "alice-token", "", "get", "--raw", viaMapping+"/apis/mounts.kcp.io/v1alpha1/mounts/link/proxy/..%2F..%2Fclusters%2Froot:ws-a/api/v1/namespaces"); err == nil {
-		t.Errorf("a path escaped the target workspace:\n%s", out)
-	}
-	if out, err := e.kubectl(t, "alice-token", "", "get", "--raw", at(viaMapping, "nowhere")); err == nil || !strings.Contains(out, "does not exist") {
-		t.Errorf("a mount of a missing workspace: %v\n%s", err, out)
-	}
-
-	// A Redirect lends nothing: kubectl follows it to ws-b with alice's own token, even when
-	// kcp named nobody.
-	for _, prefix := range []string{viaKcp, viaMapping} {
-		if out, err := e.kubectl(t, "alice-token", "", "get", "--raw", at(prefix, "jump")); err != nil || !strings.Contains(out, `"name":"default"`) {
-			t.Errorf("alice through the redirect (%s): %v\n%s", prefix, err, out)
-		}
-	}
-	if out, err := e.kubectl(t, "carol-token", "", "get", "--raw", at(viaKcp, "jump")); err == nil {
-		t.Errorf("carol followed the redirect into ws-b:\n%s", out)
-	}
-}
-
 // TestKcpMountedWorkspace mounts a URL Mount as a workspace, as kcp's workspace mounts do:
 // the status controller makes the Mount Ready with status.URL under the front-proxy's
 // /services/mounts mapping, the front-proxy (harness) reads that Mount and sends the
@@ -480,22 +446,9 @@ spec: {type: Workspace, ref: {name: "root:gone"}}
 // caller reaches the real remote kube-apiserver as themself; kcp's RBAC in the mount's
 // workspace (mounts/proxy) decides who may.
 func TestKcpMountedWorkspace(t *testing.T) {
-	e := startKcpEnv(t, framework.KcpV0323, nil)
+	e := startKcpEnv(t, kcpEnvOptions{remote: true})
 	ctx := context.Background()
-	kubeconfig, err := framework.KubeconfigBytes(e.remote.AdminConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	aliceWS, err := kubernetes.NewForConfig(e.kcp.Config("alice-token", "root:ws-a"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := aliceWS.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "clusters"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := aliceWS.CoreV1().Secrets("clusters").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "remote"}, Data: map[string][]byte{"kubeconfig": kubeconfig}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	e.remoteSecretOfAlice(t)
 	// kcp v0.32.3 names nobody, so the URL mount is created through the mapping, as alice.
 	mapping := mustKubeconfigAt(t, e, "alice-token", framework.KcpMountsMapping+"/clusters/"+kcpClusterA)
 	if out, err := runKubectl(mapping, "create", "-f", writeFile(t, "m.yaml", "apiVersion: mounts.kcp.io/v1alpha1\nkind: Mount\nmetadata: {name: prod}\nspec: {type: URL, ref: {namespace: clusters, name: remote}}\n")); err != nil {

@@ -61,7 +61,7 @@ func waitForMount(ctx context.Context, t *testing.T, client mountsv1alpha1.Mount
 func TestStatusOfMountsInLogicalClusters(t *testing.T) {
 	ctx := context.Background()
 	const base = "https://front-proxy.example/services/mounts"
-	e := startKcpEnv(t, framework.KcpV0323, func(o *options.Options) { o.ExternalBaseURL = base })
+	e := startKcpEnv(t, kcpEnvOptions{modify: func(o *options.Options) { o.ExternalBaseURL = base }, remote: true})
 	s := e.server
 	kubeconfig, err := framework.KubeconfigBytes(e.remote.AdminConfig)
 	if err != nil {

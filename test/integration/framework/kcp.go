@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,15 +19,18 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 
+	apisv1alpha1 "github.com/kcp-dev/sdk/apis/apis/v1alpha1"
 	apisv1alpha2 "github.com/kcp-dev/sdk/apis/apis/v1alpha2"
 	corev1alpha1 "github.com/kcp-dev/sdk/apis/core/v1alpha1"
 	tenancyv1alpha1 "github.com/kcp-dev/sdk/apis/tenancy/v1alpha1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/client-go/rest"
@@ -78,6 +82,7 @@ type KcpWorkspace struct {
 // tokens.
 type KcpUser struct {
 	Name   string
+	UID    string
 	Groups []string
 	Extra  map[string][]string
 }
@@ -86,6 +91,22 @@ type KcpUser struct {
 type KcpForwarded struct {
 	Path   string
 	Header http.Header
+}
+
+// KcpRequest is a request the harness served in a workspace: who authenticated (User), whom
+// it acts as once kcp applied impersonation (As), and the path as the caller sent it.
+type KcpRequest struct {
+	Method, Path, User, As string
+}
+
+// KcpBindingListing says how the export's virtual workspace serves its APIBindingList.
+type KcpBindingListing struct {
+	// PageSize caps a page below the client's limit (0: the limit alone). kcp may answer
+	// fewer items than the limit, with a continue token, as a filtered list does.
+	PageSize int
+	// FailEvery fails every FailEvery-th listing on its last page (0: none), as a storage
+	// timeout fails one request: the earlier pages were served, the listing is partial.
+	FailEvery int
 }
 
 // Kcp stands in for a kcp shard and its front-proxy on one loopback listener, reproducing
@@ -106,12 +127,16 @@ type KcpForwarded struct {
 //     its requestheader certificate and X-Remote-* (Authorization stripped).
 //   - /services/apiexport/root/mounts.kcp.io/clusters/<lc|*>/...: the APIExport's virtual
 //     workspace for the provider only: claimed Secrets of bound workspaces, the export's
-//     APIBindings, and Mounts.
+//     APIBindings (paged with limit and continue; SetBindingListing makes pages smaller or
+//     listings fail), and Mounts.
 //   - other /clusters/<workspace>/... paths: the workspace's own APIs (its kube-apiserver, with
 //     impersonation of the authenticated caller), tenancy.kcp.io Workspaces of its children.
 //
-// Unknown workspaces, unauthenticated callers, wildcard paths of consumers and unbound
-// workspaces are refused as kcp refuses them.
+// A caller's Impersonate-* headers take effect in a workspace where its RBAC lets the caller
+// impersonate (user, groups, UID, extras), as kcp applies impersonation itself. Unknown
+// workspaces, unauthenticated callers, wildcard paths of consumers and unbound workspaces are
+// refused as kcp refuses them. Requests and Forwarded tell a test what kcp served and what it
+// sent to mount-apiserver.
 type Kcp struct {
 	Version KcpVersion
 	URL     string
@@ -131,6 +156,10 @@ type Kcp struct {
 	shard      *http.Client
 	frontProxy *http.Client
 	forwarded  []KcpForwarded
+	requests   []KcpRequest
+
+	bindingListing                KcpBindingListing
+	listingsBegun, listingsFailed int
 }
 
 // StartKcp starts the harness on 127.0.0.1 and stops it with t.Cleanup.
@@ -188,7 +217,8 @@ func (k *Kcp) AddUser(token string, u KcpUser) {
 	k.users[token] = u
 }
 
-// AddWorkspace adds a workspace whose content is kube. The provider may create access
+// AddWorkspace adds a workspace whose content is kube (nil: a workspace whose content no test
+// reads; the harness refuses its APIs). The provider may create access
 // reviews there (kcp lets a provider review access in workspaces that bind its export only
 // through its own RBAC; the test grants it).
 func (k *Kcp) AddWorkspace(path, cluster string, kube *KubeAPIServer, bound bool) *KcpWorkspace {
@@ -209,11 +239,13 @@ func (k *Kcp) AddMountedWorkspace(path, cluster, mountCluster, mountName string)
 	return ws
 }
 
-// SetBound binds or unbinds the workspace's export.
-func (k *Kcp) SetBound(cluster string, bound bool) {
+// SetBound binds or unbinds the export in the workspaces of clusters, all at once.
+func (k *Kcp) SetBound(bound bool, clusters ...string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.workspaces[cluster].Bound = bound
+	for _, c := range clusters {
+		k.workspaces[c].Bound = bound
+	}
 }
 
 // Forwarded returns the requests sent to mount-apiserver so far (not those of discovery,
@@ -222,6 +254,15 @@ func (k *Kcp) Forwarded() []KcpForwarded {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return slices.Clone(k.forwarded)
+}
+
+// Requests returns the requests served in workspaces so far (their content, their Workspaces
+// and their Mounts; not mounted workspaces, the front-proxy mapping or the export's virtual
+// workspace).
+func (k *Kcp) Requests() []KcpRequest {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return slices.Clone(k.requests)
 }
 
 // APIExportURL is the virtual workspace URL of the mounts export.
@@ -325,20 +366,13 @@ func (k *Kcp) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		k.serveMounted(w, req, ws, inner, u)
 		return
 	}
-	// Impersonation, as kcp does it itself: RBAC "impersonate" of the caller in the workspace.
-	if name := req.Header.Get("Impersonate-User"); name != "" {
-		if !k.allowed(req.Context(), ws, u, authorizationv1.ResourceAttributes{Verb: "impersonate", Resource: "users", Name: name}) {
-			kcpStatus(w, http.StatusForbidden, "Forbidden", fmt.Sprintf("user %q cannot impersonate user %q in workspace %q", u.Name, name, ws.Path))
-			return
-		}
-		for _, g := range req.Header.Values("Impersonate-Group") {
-			if !k.allowed(req.Context(), ws, u, authorizationv1.ResourceAttributes{Verb: "impersonate", Resource: "groups", Name: g}) {
-				kcpStatus(w, http.StatusForbidden, "Forbidden", fmt.Sprintf("user %q cannot impersonate group %q in workspace %q", u.Name, g, ws.Path))
-				return
-			}
-		}
-		u = KcpUser{Name: name, Groups: req.Header.Values("Impersonate-Group")}
+	caller := u.Name
+	if u, ok = k.impersonate(w, req, ws, u); !ok {
+		return
 	}
+	k.mu.Lock()
+	k.requests = append(k.requests, KcpRequest{Method: req.Method, Path: req.URL.Path, User: caller, As: u.Name})
+	k.mu.Unlock()
 	if ws.Kube == nil && !strings.HasPrefix(inner, "/apis/tenancy.kcp.io/v1alpha1/workspaces/") {
 		kcpStatus(w, http.StatusForbidden, "Forbidden", fmt.Sprintf("access to workspace %q denied", ws.Path))
 		return
@@ -374,6 +408,52 @@ func (k *Kcp) authenticate(req *http.Request) (KcpUser, bool) {
 	return u, ok
 }
 
+// impersonate applies the request's Impersonate-* headers as kcp does it itself: each of
+// user, groups, UID and extras needs RBAC "impersonate" of the caller in the workspace, and
+// nothing is impersonated without a user. It answers the refusal itself.
+func (k *Kcp) impersonate(w http.ResponseWriter, req *http.Request, ws *KcpWorkspace, u KcpUser) (KcpUser, bool) {
+	as := KcpUser{Name: req.Header.Get("Impersonate-User"), Groups: req.Header.Values("Impersonate-Group"), UID: req.Header.Get("Impersonate-Uid")}
+	checks := []authorizationv1.ResourceAttributes{{Verb: "impersonate", Resource: "users", Name: as.Name}}
+	for _, g := range as.Groups {
+		checks = append(checks, authorizationv1.ResourceAttributes{Verb: "impersonate", Resource: "groups", Name: g})
+	}
+	if as.UID != "" {
+		checks = append(checks, authorizationv1.ResourceAttributes{Verb: "impersonate", Group: "authentication.k8s.io", Resource: "uids", Name: as.UID})
+	}
+	for key, values := range req.Header {
+		name, ok := strings.CutPrefix(key, "Impersonate-Extra-")
+		if !ok {
+			continue
+		}
+		name, err := url.PathUnescape(strings.ToLower(name))
+		if err != nil {
+			kcpStatus(w, http.StatusBadRequest, "BadRequest", fmt.Sprintf("invalid extra key %q", key))
+			return u, false
+		}
+		if as.Extra == nil {
+			as.Extra = map[string][]string{}
+		}
+		as.Extra[name] = values
+		for _, v := range values {
+			checks = append(checks, authorizationv1.ResourceAttributes{Verb: "impersonate", Group: "authentication.k8s.io", Resource: "userextras", Subresource: name, Name: v})
+		}
+	}
+	if as.Name == "" {
+		if len(checks) > 1 {
+			kcpStatus(w, http.StatusBadRequest, "BadRequest", "requested impersonation of groups, a UID or extras without impersonating a user")
+			return u, false
+		}
+		return u, true
+	}
+	for _, attrs := range checks {
+		if !k.allowed(req.Context(), ws, u, attrs) {
+			kcpStatus(w, http.StatusForbidden, "Forbidden", fmt.Sprintf("user %q cannot impersonate %s %q in workspace %q", u.Name, strings.TrimSuffix(attrs.Resource, "s"), attrs.Name, ws.Path))
+			return u, false
+		}
+	}
+	return as, true
+}
+
 // allowed asks the workspace's kube-apiserver whether u may do attrs.
 func (k *Kcp) allowed(ctx context.Context, ws *KcpWorkspace, u KcpUser, attrs authorizationv1.ResourceAttributes) bool {
 	if ws.Kube == nil {
@@ -384,7 +464,7 @@ func (k *Kcp) allowed(ctx context.Context, ws *KcpWorkspace, u KcpUser, attrs au
 		extra[key] = v
 	}
 	review, err := ws.Kube.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-		User: u.Name, Groups: append([]string{"system:authenticated"}, u.Groups...), Extra: extra, ResourceAttributes: &attrs,
+		User: u.Name, UID: u.UID, Groups: append([]string{"system:authenticated"}, u.Groups...), Extra: extra, ResourceAttributes: &attrs,
 	}}, metav1.CreateOptions{})
 	return err == nil && review.Status.Allowed
 }
@@ -579,7 +659,7 @@ func (k *Kcp) forwardToMounts(w http.ResponseWriter, req *http.Request, path str
 		kcpStatus(w, http.StatusServiceUnavailable, "ServiceUnavailable", "no endpoint for the export's virtual storage")
 		return
 	}
-	k.reverseProxy(w, req, base, path, client.Transport, func(h http.Header) {
+	k.reverseProxy(w, req, base, path, "", client.Transport, func(h http.Header) {
 		stripCaller(h)
 		for key, v := range k.identityHeaders(u) {
 			h[key] = v
@@ -597,11 +677,13 @@ func stripCaller(h http.Header) {
 	}
 }
 
-func (k *Kcp) reverseProxy(w http.ResponseWriter, req *http.Request, base *url.URL, path string, transport http.RoundTripper, header func(http.Header)) {
+// reverseProxy sends the request to path at base; rawPath, when not empty, is path as the
+// caller encoded it, sent as it came.
+func (k *Kcp) reverseProxy(w http.ResponseWriter, req *http.Request, base *url.URL, path, rawPath string, transport http.RoundTripper, header func(http.Header)) {
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host = base.Scheme, base.Host
-			pr.Out.URL.Path, pr.Out.URL.RawPath = path, ""
+			pr.Out.URL.Path, pr.Out.URL.RawPath = path, rawPath
 			pr.Out.URL.RawQuery = req.URL.RawQuery
 			pr.Out.Host = base.Host
 			header(pr.Out.Header)
@@ -628,12 +710,18 @@ func (k *Kcp) forwardToKube(w http.ResponseWriter, req *http.Request, kube *Kube
 		return
 	}
 	base, _ := url.Parse(kube.URL)
-	k.reverseProxy(w, req, base, inner, transport, func(h http.Header) {
+	k.reverseProxy(w, req, base, inner, "", transport, func(h http.Header) {
 		stripCaller(h)
 		if u != nil {
 			h.Set("Impersonate-User", u.Name)
 			for _, g := range u.Groups {
 				h.Add("Impersonate-Group", g)
+			}
+			if u.UID != "" {
+				h.Set("Impersonate-Uid", u.UID)
+			}
+			for key, values := range u.Extra {
+				h["Impersonate-Extra-"+url.PathEscape(key)] = values
 			}
 		}
 	})
@@ -713,7 +801,7 @@ func (k *Kcp) serveMounted(w http.ResponseWriter, req *http.Request, ws *KcpWork
 	case target.Host == own.Host && strings.HasPrefix(target.Path, KcpMountsMapping+"/"):
 		// The front-proxy's mapping to mount-apiserver: requestheader certificate and
 		// X-Remote-*, the caller's credentials stripped.
-		k.reverseProxy(w, req, base, target.Path, fp.Transport, func(h http.Header) {
+		k.reverseProxy(w, req, base, target.Path, "", fp.Transport, func(h http.Header) {
 			stripCaller(h)
 			h.Set("X-Remote-User", u.Name)
 			for _, g := range append(slices.Clone(u.Groups), "system:authenticated") {
@@ -730,7 +818,8 @@ func (k *Kcp) serveMounted(w http.ResponseWriter, req *http.Request, ws *KcpWork
 	}
 }
 
-// serveMapping is the front-proxy's /services/mounts mapping called directly.
+// serveMapping is the front-proxy's /services/mounts mapping called directly. A mapping
+// outside /clusters/ forwards the original path, as the caller encoded it.
 func (k *Kcp) serveMapping(w http.ResponseWriter, req *http.Request) {
 	u, ok := k.authenticate(req)
 	if !ok {
@@ -744,7 +833,7 @@ func (k *Kcp) serveMapping(w http.ResponseWriter, req *http.Request) {
 		kcpStatus(w, http.StatusServiceUnavailable, "ServiceUnavailable", "mapping has no backend")
 		return
 	}
-	k.reverseProxy(w, req, base, req.URL.Path, fp.Transport, func(h http.Header) {
+	k.reverseProxy(w, req, base, req.URL.Path, req.URL.RawPath, fp.Transport, func(h http.Header) {
 		stripCaller(h)
 		h.Set("X-Remote-User", u.Name)
 		for _, g := range append(slices.Clone(u.Groups), "system:authenticated") {
@@ -769,7 +858,7 @@ func (k *Kcp) serveAPIExport(w http.ResponseWriter, req *http.Request, rest stri
 	if cluster == "*" {
 		switch {
 		case inner == "/apis/apis.kcp.io/v1alpha2/apibindings" && req.Method == http.MethodGet:
-			k.serveBindings(w)
+			k.serveBindings(w, req)
 		case strings.HasPrefix(inner, "/apis/mounts.kcp.io/"):
 			k.forwardToMounts(w, req, "/clusters/*"+inner, u)
 		default:
@@ -799,26 +888,87 @@ func (k *Kcp) serveAPIExport(w http.ResponseWriter, req *http.Request, rest stri
 	}
 }
 
-// serveBindings lists the export's APIBindings across workspaces.
-func (k *Kcp) serveBindings(w http.ResponseWriter) {
-	list := apisv1alpha2.APIBindingList{TypeMeta: metav1.TypeMeta{Kind: "APIBindingList", APIVersion: "apis.kcp.io/v1alpha2"}}
+// SetBindingListing changes how the export's APIBindings are listed from now on.
+func (k *Kcp) SetBindingListing(l KcpBindingListing) {
 	k.mu.Lock()
-	for key, ws := range k.workspaces {
-		if key != ws.Cluster || !ws.Bound {
-			continue
+	defer k.mu.Unlock()
+	k.bindingListing = l
+}
+
+// BindingListings returns how many listings of the export's APIBindings were begun (a first
+// page requested) and how many failed so far.
+func (k *Kcp) BindingListings() (begun, failed int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.listingsBegun, k.listingsFailed
+}
+
+// serveBindings lists the export's APIBindings across workspaces, in the order of their
+// logical clusters, one page per request as kcp pages lists: at most limit items and a
+// continue token naming where the next page starts.
+func (k *Kcp) serveBindings(w http.ResponseWriter, req *http.Request) {
+	query := req.URL.Query()
+	if query.Get("watch") != "" {
+		kcpStatus(w, http.StatusMethodNotAllowed, "MethodNotAllowed", "the harness lists APIBindings and does not watch them")
+		return
+	}
+	limit := 0
+	if l := query.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 0 {
+			kcpStatus(w, http.StatusBadRequest, "BadRequest", fmt.Sprintf("invalid limit %q", l))
+			return
 		}
+		limit = n
+	}
+	after := ""
+	if c := query.Get("continue"); c != "" {
+		raw, err := base64.RawURLEncoding.DecodeString(c)
+		if err != nil || len(raw) == 0 {
+			kcpStatus(w, http.StatusBadRequest, "BadRequest", "continue key is not valid")
+			return
+		}
+		after = string(raw)
+	}
+
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if after == "" {
+		k.listingsBegun++
+	}
+	var bound []string
+	for key, ws := range k.workspaces {
+		if key == ws.Cluster && ws.Bound && ws.Cluster > after {
+			bound = append(bound, ws.Cluster)
+		}
+	}
+	slices.Sort(bound)
+	if page := k.bindingListing.PageSize; page > 0 && (limit == 0 || page < limit) {
+		limit = page
+	}
+	list := apisv1alpha2.APIBindingList{TypeMeta: metav1.TypeMeta{Kind: "APIBindingList", APIVersion: "apis.kcp.io/v1alpha2"}, ListMeta: metav1.ListMeta{ResourceVersion: "1"}}
+	if limit > 0 && len(bound) > limit {
+		bound = bound[:limit]
+		list.Continue = base64.RawURLEncoding.EncodeToString([]byte(bound[limit-1]))
+	}
+	if list.Continue == "" && k.bindingListing.FailEvery > 0 && k.listingsBegun%k.bindingListing.FailEvery == 0 {
+		k.listingsFailed++
+		kcpStatus(w, http.StatusInternalServerError, "InternalError", "etcdserver: request timed out")
+		return
+	}
+	for _, cluster := range bound {
 		list.Items = append(list.Items, apisv1alpha2.APIBinding{
-			TypeMeta:   metav1.TypeMeta{Kind: "APIBinding", APIVersion: "apis.kcp.io/v1alpha2"},
-			ObjectMeta: metav1.ObjectMeta{Name: "mounts", Annotations: map[string]string{"kcp.io/cluster": ws.Cluster}},
-			Spec: apisv1alpha2.APIBindingSpec{Reference: apisv1alpha2.BindingReference{Export: &apisv1alpha2.ExportBindingReference{
-				Path: KcpExportPath, Name: KcpExportName,
-			}}},
+			TypeMeta: metav1.TypeMeta{Kind: "APIBinding", APIVersion: "apis.kcp.io/v1alpha2"},
+			ObjectMeta: metav1.ObjectMeta{
+				Name: "mounts", UID: types.UID("binding-of-" + cluster), ResourceVersion: "1",
+				Annotations: map[string]string{"kcp.io/cluster": cluster},
+				// kcp filters the export's view of APIBindings by this label.
+				Labels: map[string]string{apisv1alpha1.InternalAPIBindingExportLabelKey: "export-label-hash"},
+			},
+			Spec:   apisv1alpha2.APIBindingSpec{Reference: apisv1alpha2.BindingReference{Export: &apisv1alpha2.ExportBindingReference{Path: KcpExportPath, Name: KcpExportName}}},
+			Status: apisv1alpha2.APIBindingStatus{Phase: apisv1alpha2.APIBindingPhaseBound},
 		})
 	}
-	k.mu.Unlock()
-	slices.SortFunc(list.Items, func(a, b apisv1alpha2.APIBinding) int {
-		return strings.Compare(a.Annotations["kcp.io/cluster"], b.Annotations["kcp.io/cluster"])
-	})
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(list)
 }
