@@ -15,6 +15,7 @@ import (
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
 	clientset "github.com/kcp-dev/mount-apiserver/pkg/generated/clientset/versioned"
+	"github.com/kcp-dev/mount-apiserver/test/integration/framework"
 )
 
 // BenchmarkKcpPath compares, in one run, Mounts read through the kcp harness (kcp's shard:

@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -45,9 +48,20 @@ func requestsIn(reqs []framework.KcpRequest, cluster, path string) []framework.K
 // and the credential ID of a client certificate, an extra the proxy impersonates too.
 func grantImpersonator(t testing.TB, kube *framework.KubeAPIServer) {
 	t.Helper()
-	grant(t, kube, framework.KcpProviderUser, "impersonator",
-		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"users", "groups"}, Verbs: []string{"impersonate"}},
-		rbacv1.PolicyRule{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"userextras/authentication.kubernetes.io/credential-id"}, Verbs: []string{"impersonate"}})
+	// artifacts/kcp/target, with the harness's provider as subject: the bundle's own RBAC.
+	data, err := os.ReadFile(filepath.Join(framework.RepoRoot(), "artifacts", "kcp", "target", "impersonator.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifest := strings.Replace(string(data), "    name: mount-apiserver\n", "    name: "+framework.KcpProviderUser+"\n", 1)
+	if manifest == string(data) {
+		t.Fatal("artifacts/kcp/target/impersonator.yaml: no subject mount-apiserver to replace")
+	}
+	cmd := exec.Command("kubectl", "--kubeconfig", kube.AdminKubeconfig, "apply", "-f", "-")
+	cmd.Stdin = strings.NewReader(manifest)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("applying artifacts/kcp/target: %v\n%s", err, out)
+	}
 }
 
 // TestWorkspaceMounts: through the kcp harness, a Workspace mount in root:ws-a is a soft link

@@ -181,3 +181,21 @@ func TestCheckProviderCatchesMismatches(t *testing.T) {
 		}
 	}
 }
+
+// TestTargetBundle: the RBAC for Workspace mounts' target workspaces lets the server's kcp
+// identity impersonate users, groups, UIDs and extras (integration tests apply it).
+func TestTargetBundle(t *testing.T) {
+	target := readBundle(t, filepath.Join(bundleDir, "target"))
+	role := Find[*rbacv1.ClusterRole](target, "mount-apiserver-impersonator")
+	if role == nil {
+		t.Fatal("target: no ClusterRole mount-apiserver-impersonator")
+	}
+	var users, extras bool
+	for _, r := range role.Rules {
+		users = users || slices.Contains(r.APIGroups, "") && slices.Contains(r.Resources, "users") && slices.Contains(r.Resources, "groups") && slices.Contains(r.Verbs, "impersonate")
+		extras = extras || slices.Contains(r.APIGroups, "authentication.k8s.io") && slices.Contains(r.Resources, "*") && slices.Contains(r.Verbs, "impersonate")
+	}
+	if !users || !extras {
+		t.Errorf("target role rules %+v: want impersonate on users, groups and authentication.k8s.io/*", role.Rules)
+	}
+}
