@@ -170,7 +170,8 @@ func (s *WatchedSecrets) watcher(key secretKey) (*secretWatcher, error) {
 		UpdateFunc: func(_, obj any) { notify(obj) },
 		DeleteFunc: notify,
 	})
-	ctx, cancel := context.WithCancel(s.ctx)
+	// The informer's LISTs would log the Secret's body at -v=8 and above.
+	ctx, cancel := context.WithCancel(withoutBodyLogs(s.ctx))
 	go informer.RunWithContext(ctx)
 	w := &secretWatcher{informer: informer, cancel: cancel, lastRead: time.Now()}
 	s.watchers[key] = w
