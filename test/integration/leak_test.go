@@ -57,7 +57,8 @@ import (
 // Secrets API returns it (base64 of the kubeconfig); each also as hex, spaced hex (hex dumps)
 // and decimal bytes (Go's %v of a []byte). A needle is found when any 20-byte window of it
 // appears; windows that a second, unrelated set of credentials of the same shape shares (PEM
-// and YAML structure, the public parts of the kubeconfig) are not credentials and are left out.
+// and YAML structure, a JWT's header and issuer, the public parts of the kubeconfig) are not
+// credentials and are left out.
 func TestSecretsNeverLeak(t *testing.T) {
 	start := time.Now()
 	ctx := klog.NewContext(context.Background(), klog.Background())
@@ -83,6 +84,13 @@ func TestSecretsNeverLeak(t *testing.T) {
 		t.Fatal(err)
 	}
 	lender.BearerToken = tr.Status.Token
+	// A token of the same shape (a JWT of the same issuer and key) that lends nothing: what
+	// it shares with the real one (header, issuer, audience) is no credential.
+	leakMust(t, leakErr(remote.Client.CoreV1().ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "decoy"}}, metav1.CreateOptions{})))
+	decoy, err := remote.Client.CoreV1().ServiceAccounts("default").CreateToken(ctx, "decoy", &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	leakGrant(ctx, t, remote.Client, "impersonator", []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"users", "groups", "serviceaccounts"}, Verbs: []string{"impersonate"}},
 		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"*"}, Verbs: []string{"impersonate"}},
@@ -264,7 +272,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 		{"audit log (RequestResponse)", auditLog, `"subresource":"proxy"`},
 		{"/metrics", metricsResp.bytes(), "mount_"},
 	}
-	needles := leakWindows(t, lender, kubeconfig, unknownToken, refusedKubeconfig)
+	needles := leakWindows(t, lender, kubeconfig, unknownToken, refusedKubeconfig, decoy.Status.Token)
 	total := 0
 	for _, s := range sources {
 		if !bytes.Contains(s.data, []byte(s.must)) {
@@ -390,7 +398,7 @@ const leakWindowSize = 20
 
 // leakWindows returns every window of every encoding of the credentials, mapped to a
 // description, minus the windows that credentials of the same shape share with them.
-func leakWindows(t *testing.T, lender *rest.Config, kubeconfig []byte, unknownToken string, refusedKubeconfig []byte) map[string]string {
+func leakWindows(t *testing.T, lender *rest.Config, kubeconfig []byte, unknownToken string, refusedKubeconfig []byte, decoyToken string) map[string]string {
 	t.Helper()
 	windows := map[string]string{}
 	leakForms(t, lender, kubeconfig, unknownToken, refusedKubeconfig, func(name string, data []byte) {
@@ -398,7 +406,8 @@ func leakWindows(t *testing.T, lender *rest.Config, kubeconfig []byte, unknownTo
 			windows[string(data[i:i+leakWindowSize])] = name
 		}
 	})
-	// The same shape with other secrets: a fresh key and tokens, same target, CA and cert.
+	// The same shape with other secrets: a fresh key, the decoy token and another unknown
+	// token, the same target, CA and certificate.
 	ca, err := pki.NewCA("other")
 	if err != nil {
 		t.Fatal(err)
@@ -408,7 +417,7 @@ func leakWindows(t *testing.T, lender *rest.Config, kubeconfig []byte, unknownTo
 		t.Fatal(err)
 	}
 	other := rest.CopyConfig(lender)
-	other.KeyData, other.BearerToken = otherKey, strings.Repeat("x", len(lender.BearerToken))
+	other.KeyData, other.BearerToken = otherKey, decoyToken
 	otherKubeconfig, err := framework.KubeconfigBytes(other)
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package proxy
+package logging
 
 import (
 	"bytes"
@@ -11,12 +11,12 @@ import (
 	"k8s.io/klog/v2/textlogger"
 )
 
-// TestWithoutBodyLogs: the Secrets' clients log up to -v=7 whatever the verbosity, keep the cap
+// TestWithoutBodies: a context's logger logs up to -v=7 whatever the verbosity, keep the cap
 // through names, values and call depth, and report their callers' lines.
-func TestWithoutBodyLogs(t *testing.T) {
+func TestWithoutBodies(t *testing.T) {
 	var buf bytes.Buffer
 	logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(10), textlogger.Output(&buf)))
-	ctx := withoutBodyLogs(klog.NewContext(context.Background(), logger))
+	ctx := WithoutBodies(klog.NewContext(context.Background(), logger))
 
 	l := klog.FromContext(ctx)
 	l.V(7).Info("seven")
@@ -38,7 +38,7 @@ func TestWithoutBodyLogs(t *testing.T) {
 			t.Errorf("%q missing from the log:\n%s", want, out)
 		}
 	}
-	if !strings.Contains(out, "secretlog_test.go:") {
+	if !strings.Contains(out, "bodies_test.go:") {
 		t.Errorf("the log does not name the caller's file:\n%s", out)
 	}
 }

@@ -1,4 +1,4 @@
-package proxy
+package logging
 
 import (
 	"context"
@@ -6,22 +6,21 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// secretClientMaxVerbosity is the highest verbosity at which the clients that read Secrets
-// log. client-go writes whole request and response bodies at -v=8 and above (hex-dumped when
-// they are protobuf), through the logger of the request's context; a Secret's body is the
-// credentials a mount lends. Only the informers' LISTs carry a body: watches stream without
-// one, but a reflector LISTs whenever the cluster does not stream initial events.
-const secretClientMaxVerbosity = 7
+// MaxVerbosityWithoutBodies is the highest verbosity at which client-go logs no request or
+// response body: from -v=8 on it writes them whole (hex-dumped when they are protobuf),
+// through the logger of the request's context.
+const MaxVerbosityWithoutBodies = 7
 
-// withoutBodyLogs returns ctx with a logger that drops every message above
-// secretClientMaxVerbosity, whatever -v says.
-func withoutBodyLogs(ctx context.Context) context.Context {
+// WithoutBodies returns ctx with a logger that drops every message above
+// MaxVerbosityWithoutBodies, whatever -v says, for calls whose bodies carry credentials
+// (the reads of Secrets).
+func WithoutBodies(ctx context.Context) context.Context {
 	logger := klog.FromContext(ctx)
 	inner := logger.GetSink()
 	if d, ok := inner.(callDepthSink); ok {
 		inner = d.WithCallDepth(1) // the frame of cappedSink's Info or Error
 	}
-	return klog.NewContext(ctx, logger.WithSink(cappedSink{LogSink: inner, max: secretClientMaxVerbosity}))
+	return klog.NewContext(ctx, logger.WithSink(cappedSink{LogSink: inner, max: MaxVerbosityWithoutBodies}))
 }
 
 // callDepthSink is logr's CallDepthLogSink, which klog does not re-export.
