@@ -66,11 +66,22 @@ func TestSecretsNeverLeak(t *testing.T) {
 	// events (an older kube-apiserver, kcp's virtual workspaces): a LIST has a body, which
 	// client-go logs at -v=8 and above. The server process inherits the variable.
 	t.Setenv("KUBE_FEATURE_WatchListClient", "false")
+	var host, remote *framework.KubeAPIServer
+	var hostErr error
+	started := make(chan struct{})
+	go func() {
+		defer close(started)
+		host, hostErr = framework.StartKubeAPIServer(ctx, t.TempDir())
+	}()
 	bin := framework.BuildBinary(t)
-	host := leakStartKube(ctx, t)
-	remote := leakStartKube(ctx, t)
-
+	remote = leakStartKube(ctx, t)
+	<-started
+	if hostErr != nil {
+		t.Fatal(hostErr)
+	}
+	t.Cleanup(host.Stop)
 	agg, proc := framework.StartAggregatedProcess(ctx, t, host, bin, "RequestResponse", "-v=10", "--status-probe-interval=1s")
+	t.Logf("set-up ready after %v", time.Since(start).Round(time.Millisecond))
 
 	// The credentials on the target: a client certificate and a service-account token, both
 	// allowed to impersonate; the caller alice may read namespaces there.
@@ -197,6 +208,8 @@ func TestSecretsNeverLeak(t *testing.T) {
 	if _, err := leakMountsClient(t, responses.config(agg.DirectConfig(host.AdminConfig))).MountsV1alpha1().Mounts().Get(ctx, "refused", metav1.GetOptions{}); err != nil {
 		t.Fatal(err)
 	}
+
+	t.Logf("scenario done after %v", time.Since(start).Round(time.Millisecond))
 
 	// Events of the phase changes, and what else the server keeps on the host.
 	var written bytes.Buffer
