@@ -63,23 +63,29 @@ func TestSecretsNeverLeak(t *testing.T) {
 	start := time.Now()
 	ctx := klog.NewContext(context.Background(), klog.Background())
 	// The server's Secret informers LIST, as they do when the cluster does not stream initial
-	// events (an older kube-apiserver, kcp's virtual workspaces): a LIST has a body, which
+	// events (an older kube-apiserver, or one with WatchList off): a LIST has a body, which
 	// client-go logs at -v=8 and above. The server process inherits the variable.
 	t.Setenv("KUBE_FEATURE_WatchListClient", "false")
 	var host, remote *framework.KubeAPIServer
 	var hostErr error
 	started := make(chan struct{})
+	hostDir := t.TempDir()
 	go func() {
 		defer close(started)
-		host, hostErr = framework.StartKubeAPIServer(ctx, t.TempDir())
+		host, hostErr = framework.StartKubeAPIServer(ctx, hostDir)
 	}()
+	t.Cleanup(func() {
+		<-started
+		if host != nil {
+			host.Stop()
+		}
+	})
 	bin := framework.BuildBinary(t)
 	remote = leakStartKube(ctx, t)
 	<-started
 	if hostErr != nil {
 		t.Fatal(hostErr)
 	}
-	t.Cleanup(host.Stop)
 	agg, proc := framework.StartAggregatedProcess(ctx, t, host, bin, "RequestResponse", "-v=10", "--status-probe-interval=1s")
 	t.Logf("set-up ready after %v", time.Since(start).Round(time.Millisecond))
 
