@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"net/url"
 	"path"
 	"strings"
 	"testing"
@@ -50,12 +51,15 @@ func TestJoinPath(t *testing.T) {
 }
 
 // FuzzJoinPath feeds arbitrary inner paths (the caller's input) against the bases the server
-// builds: the result, when accepted, is clean and under the base.
+// builds. Properties of an accepted path: it lies under the base, has no '.' or '..' segment,
+// NUL or backslash, is clean, and reaches the target unchanged once set as url.URL.Path and
+// parsed again (what the target decodes is what was checked). The seed corpus is
+// testdata/fuzz/FuzzJoinPath.
 func FuzzJoinPath(f *testing.F) {
 	for _, s := range []string{"api/v1", "../x", "a/%2e%2e/b", "a//b/", "%2F", "..%2f", "a/./b", "a/b/.."} {
 		f.Add(uint8(0), s)
 	}
-	bases := []string{"", "/clusters/root:org:team", "/k8s/clusters/c-1/"}
+	bases := []string{"", "/clusters/root:org:team", "/k8s/clusters/c-1/", "/services/mounts/clusters/2x7kq3n1", "/a%20b"}
 	f.Fuzz(func(t *testing.T, which uint8, inner string) {
 		base := bases[int(which)%len(bases)]
 		got, err := JoinPath(base, inner)
@@ -68,6 +72,18 @@ func FuzzJoinPath(f *testing.F) {
 		}
 		if c := path.Clean(got); c != strings.TrimSuffix(got, "/") && got != "/" {
 			t.Fatalf("JoinPath(%q, %q) = %q is not clean (%q)", base, inner, got, c)
+		}
+		if strings.ContainsAny(got, "\x00\\") {
+			t.Fatalf("JoinPath(%q, %q) = %q holds a NUL or backslash", base, inner, got)
+		}
+		for _, seg := range strings.Split(strings.TrimPrefix(got, cleanBase), "/") {
+			if seg == "." || seg == ".." {
+				t.Fatalf("JoinPath(%q, %q) = %q has a %q segment", base, inner, got, seg)
+			}
+		}
+		sent := "https://target" + (&url.URL{Path: got}).EscapedPath()
+		if u, err := url.Parse(sent); err != nil || u.Path != got {
+			t.Fatalf("JoinPath(%q, %q) = %q is sent as %q, which does not decode to it (%v)", base, inner, got, sent, err)
 		}
 	})
 }

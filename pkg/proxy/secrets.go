@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/clusters"
+	"github.com/kcp-dev/mount-apiserver/pkg/logging"
 )
 
 // SecretSource returns the Secrets that Mounts reference.
@@ -170,7 +171,9 @@ func (s *WatchedSecrets) watcher(key secretKey) (*secretWatcher, error) {
 		UpdateFunc: func(_, obj any) { notify(obj) },
 		DeleteFunc: notify,
 	})
-	ctx, cancel := context.WithCancel(s.ctx)
+	// The informer's LISTs would log the Secret's body at -v=8 and above. Watches stream
+	// without one, but a reflector LISTs whenever the cluster does not stream initial events.
+	ctx, cancel := context.WithCancel(logging.WithoutBodies(s.ctx))
 	go informer.RunWithContext(ctx)
 	w := &secretWatcher{informer: informer, cancel: cancel, lastRead: time.Now()}
 	s.watchers[key] = w

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"testing"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -228,4 +229,37 @@ func (a *Aggregated) DirectConfig(cfg *rest.Config) *rest.Config {
 	direct.Host = a.Mount.URL
 	direct.CAData = a.Mount.CAData
 	return direct
+}
+
+// StartAggregatedProcess is StartAggregated with the built binary as its own process: args
+// are extra flags (e.g. -v=10), its output is in the Process's LogPath, and its audit policy
+// logs every request at auditLevel (Metadata, Request or RequestResponse). Restart would
+// start the server in this process instead; tests of such an Aggregated do not call it.
+func StartAggregatedProcess(ctx context.Context, t testing.TB, kube *KubeAPIServer, bin Binary, auditLevel string, args ...string) (*Aggregated, *Process) {
+	t.Helper()
+	dir := t.TempDir()
+	a := &Aggregated{Kube: kube, RootDir: filepath.Join(dir, "mount-apiserver"), AuditLog: filepath.Join(dir, "mount-apiserver-audit.log")}
+	var err error
+	if a.port, err = FreePort(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.applyBundle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if a.Kubeconfig, err = a.serviceAccountKubeconfig(ctx); err != nil {
+		t.Fatal(err)
+	}
+	policy := filepath.Join(dir, "audit-policy.yaml")
+	if err := os.WriteFile(policy, []byte("apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: "+auditLevel+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := bin.StartOnPort(t, a.RootDir, a.port, append([]string{
+		"--kubeconfig", a.Kubeconfig, "--apiservice-name", APIServiceName,
+		"--audit-log-path", a.AuditLog, "--audit-policy-file", policy,
+	}, args...)...)
+	a.Mount = p.Server
+	if err := a.WaitAvailable(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return a, p
 }

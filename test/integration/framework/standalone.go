@@ -225,6 +225,13 @@ func (b Binary) Start(t testing.TB, rootDir string, args ...string) *Process {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return b.StartOnPort(t, rootDir, port, args...)
+}
+
+// StartOnPort is Start on a given port, for a server whose port must be known before it
+// starts (an APIService that points at it).
+func (b Binary) StartOnPort(t testing.TB, rootDir string, port int, args ...string) *Process {
+	t.Helper()
 	args = append([]string{"--root-directory", rootDir, "--secure-port", strconv.Itoa(port)}, args...)
 	cmd := exec.Command(string(b), args...)
 	logFile, err := os.Create(filepath.Join(t.TempDir(), "mount-apiserver.log"))

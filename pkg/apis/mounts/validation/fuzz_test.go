@@ -2,11 +2,21 @@ package validation
 
 import (
 	"encoding/json"
+	"net/url"
+	"strings"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
 )
 
-// FuzzValidateMount feeds arbitrary JSON-decoded specs and statuses to the validators: whatever
-// arrives, they return errors and never panic.
+// FuzzValidateMount feeds arbitrary JSON-decoded specs and statuses to the validators.
+// Properties: they never panic; every error names a field under metadata, spec or status with
+// a known error type; a spec or status they accept keeps the invariants the server relies on
+// (a supported type and mode, prefixes outside "system:", timeouts in range, a status URL that
+// is absolute http(s) without user information, query or fragment). The seed corpus is
+// testdata/fuzz/FuzzValidateMount.
 func FuzzValidateMount(f *testing.F) {
 	f.Add([]byte(`{"Type":"URL","Ref":{"APIVersion":"v1","Kind":"Secret","Namespace":"a","Name":"b"},"Identity":{"Mode":"Impersonate"}}`), []byte(`{"Phase":"Ready","URL":"https://x/"}`))
 	f.Add([]byte(`{"Type":"Workspace","Ref":{"Kind":"Workspace","Name":"root:a"},"CABundle":"LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg=="}`), []byte(`{"URL":"http://[::1"}`))
@@ -17,8 +27,75 @@ func FuzzValidateMount(f *testing.F) {
 			return
 		}
 		_ = json.Unmarshal(status, &m.Status)
-		_ = ValidateMount(m)
-		_ = ValidateMountUpdate(m, validURLMount())
-		_ = ValidateMountStatusUpdate(m, validURLMount())
+		create := ValidateMount(m)
+		checkErrors(t, "ValidateMount", create)
+		checkErrors(t, "ValidateMountUpdate", ValidateMountUpdate(m, validURLMount()))
+		statusErrs := ValidateMountStatusUpdate(m, validURLMount())
+		checkErrors(t, "ValidateMountStatusUpdate", statusErrs)
+		if len(create) == 0 {
+			checkSpecInvariants(t, &m.Spec)
+		}
+		if len(statusErrs) == 0 {
+			checkStatusInvariants(t, &m.Status)
+		}
 	})
+}
+
+func checkErrors(t *testing.T, what string, errs field.ErrorList) {
+	t.Helper()
+	for _, e := range errs {
+		root, _, _ := strings.Cut(e.Field, ".")
+		root, _, _ = strings.Cut(root, "[")
+		if root != "metadata" && root != "spec" && root != "status" {
+			t.Fatalf("%s: error without a field path under metadata, spec or status: %q: %v", what, e.Field, e)
+		}
+		switch e.Type {
+		case field.ErrorTypeRequired, field.ErrorTypeInvalid, field.ErrorTypeNotSupported, field.ErrorTypeForbidden, field.ErrorTypeTooLong, field.ErrorTypeTooMany, field.ErrorTypeDuplicate:
+		default:
+			t.Fatalf("%s: unexpected error type %q: %v", what, e.Type, e)
+		}
+	}
+}
+
+func checkSpecInvariants(t *testing.T, s *mounts.MountSpec) {
+	t.Helper()
+	if !supportedTypes.Has(s.Type) || !supportedModes.Has(s.Identity.Mode) {
+		t.Fatalf("accepted type %q, mode %q", s.Type, s.Identity.Mode)
+	}
+	for _, p := range []string{s.Identity.UserPrefix, s.Identity.GroupPrefix} {
+		if p == "" {
+			continue
+		}
+		if s.Identity.Mode != mounts.IdentityModeImpersonate || strings.HasPrefix(p, "system:") || strings.HasPrefix("system:", p) || len(p) > MaxPrefixLength {
+			t.Fatalf("accepted prefix %q with mode %q", p, s.Identity.Mode)
+		}
+	}
+	if s.Type == mounts.MountTypeURL && (s.Ref.Kind != secretKind || s.Ref.Namespace == "" || s.Ref.Name == "") {
+		t.Fatalf("accepted a URL mount whose reference is not a Secret: %+v", s.Ref)
+	}
+	if s.Type != mounts.MountTypeURL && (len(s.CABundle) > 0 || !workspacePathRE.MatchString(s.Ref.Name)) {
+		t.Fatalf("accepted a %s mount with a CA bundle or reference %q", s.Type, s.Ref.Name)
+	}
+	if to := s.Timeouts; to != nil {
+		if c := to.ConnectSeconds; c != nil && (*c < 1 || *c > MaxConnectSeconds) {
+			t.Fatalf("accepted connectSeconds %d", *c)
+		}
+		if r := to.RequestSeconds; r != nil && (*r < 1 || *r > MaxRequestSeconds) {
+			t.Fatalf("accepted requestSeconds %d", *r)
+		}
+	}
+}
+
+func checkStatusInvariants(t *testing.T, s *mounts.MountStatus) {
+	t.Helper()
+	if s.Phase != "" && !supportedPhase.Has(s.Phase) {
+		t.Fatalf("accepted phase %q", s.Phase)
+	}
+	if s.URL == "" {
+		return
+	}
+	u, err := url.Parse(s.URL)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		t.Fatalf("accepted status URL %q", s.URL)
+	}
 }
