@@ -232,7 +232,9 @@ func profile(admin, cfg *rest.Config, url string, seconds int) error {
 	var profileDone chan error
 	if cpuProfile != "" {
 		profileDone = make(chan error, 1)
-		go func() { profileDone <- framework.Profile(admin, fmt.Sprintf("profile?seconds=%d", seconds), cpuProfile) }()
+		go func() {
+			profileDone <- framework.Profile(admin, fmt.Sprintf("profile?seconds=%d", seconds), cpuProfile)
+		}()
 	}
 	for end := time.Now().Add(time.Duration(seconds) * time.Second); time.Now().Before(end); {
 		if _, err := timeGets(c, url, 100); err != nil {
