@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"log"
 	"net"
 	"net/http"
 	"net/url"
@@ -33,9 +34,11 @@ type Target struct {
 	transport      http.RoundTripper
 	upgradeAuth    http.RoundTripper
 	plain, upgrade *http.Transport
-	key            TargetKey
-	users          int
-	lastUsed       time.Time
+	// errorLog is the plain reverse proxy's (servePlain).
+	errorLog *log.Logger
+	key      TargetKey
+	users    int
+	lastUsed time.Time
 }
 
 // RoundTrippers returns the round trippers of one request: the shared ones, with the caller's
@@ -47,6 +50,15 @@ func (t *Target) RoundTrippers(imp *transport.ImpersonationConfig) (http.RoundTr
 		upgradeAuth = transport.NewImpersonatingRoundTripper(*imp, upgradeAuth)
 	}
 	return rt, utilproxy.NewUpgradeRequestRoundTripper(t.upgrade, upgradeAuth)
+}
+
+// RoundTripper returns the round tripper of one plain request: the shared one, with the
+// caller's identity impersonated on top when imp is not nil.
+func (t *Target) RoundTripper(imp *transport.ImpersonationConfig) http.RoundTripper {
+	if imp == nil {
+		return t.transport
+	}
+	return transport.NewImpersonatingRoundTripper(*imp, t.transport)
 }
 
 // TargetKey identifies what a Target is built from. Mounts with equal keys share one Target,
@@ -391,6 +403,7 @@ func (t *Transports) newTarget(cfg *rest.Config, caOverride []byte, connectTimeo
 		upgradeAuth:    upgradeAuth,
 		plain:          plain,
 		upgrade:        upgrade,
+		errorLog:       newErrorLog(),
 	}, nil
 }
 

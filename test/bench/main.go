@@ -42,6 +42,8 @@ func main() {
 	lists := flag.Int("lists", 20, "LISTs per path (0: no LISTs, nor the connection count)")
 	flag.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of mount-apiserver during extra proxied GETs to this file")
 	flag.StringVar(&allocProfile, "allocprofile", "", "write mount-apiserver's allocation profiles before and after extra proxied GETs to this file with suffixes .before and .after (go tool pprof -sample_index=alloc_objects -base f.before f.after)")
+	flag.StringVar(&binary, "binary", "", "the mount-apiserver binary to measure (default: built from ./cmd/mount-apiserver), e.g. an older version's")
+	flag.IntVar(&rounds, "rounds", 1, "how often to repeat the small GETs of every path")
 	flag.IntVar(&profileSeconds, "profile-seconds", 10, "how long to profile")
 	flag.Parse()
 	if kubeconfig := os.Getenv(bareProxyEnv); kubeconfig != "" {
@@ -59,7 +61,8 @@ func main() {
 
 var (
 	cpuProfile, allocProfile string
-	profileSeconds           int
+	profileSeconds, rounds   int
+	binary                   string
 )
 
 func run(requests, listMB, lists int) error {
@@ -69,11 +72,13 @@ func run(requests, listMB, lists int) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	bin, err := framework.BuildMountAPIServer()
-	if err != nil {
-		return err
+	bin := binary
+	if bin == "" {
+		if bin, err = framework.BuildMountAPIServer(); err != nil {
+			return err
+		}
+		defer os.RemoveAll(filepath.Dir(bin))
 	}
-	defer os.RemoveAll(filepath.Dir(bin))
 	// No audit log: the benchmark measures the proxy, not the harness's audit writer.
 	clusters, err := framework.StartClustersProcess(ctx, dir, bin, "--audit-log-path=")
 	if err != nil {
@@ -126,49 +131,54 @@ func run(requests, listMB, lists int) error {
 		}
 	}
 	fmt.Printf("small GET (/api/v1/namespaces/default), %d requests each, sequential; CPU and allocations of the proxy process\n", requests)
-	var p50s, p99s []time.Duration
-	var bareCPU time.Duration
-	for i, p := range paths {
-		c, err := clientOf(i)
-		if err != nil {
-			return err
+	for round := range rounds {
+		if rounds > 1 {
+			fmt.Printf(" round %d\n", round+1)
 		}
-		var before usage
-		if p.proc != nil {
-			if before, err = p.proc.usage(); err != nil {
-				return err
-			}
-		}
-		start := time.Now()
-		samples, err := timeGets(c, p.base+"/api/v1/namespaces/default", requests)
-		if err != nil {
-			return fmt.Errorf("%s: %w", p.name, err)
-		}
-		elapsed := time.Since(start)
-		p50, p99 := samples[len(samples)/2], samples[len(samples)*99/100]
-		p50s, p99s = append(p50s, p50), append(p99s, p99)
-		line := fmt.Sprintf("  %-20s p50 %8v  p99 %8v  p50 %.2fx  p99 %.2fx", p.name, p50.Round(time.Microsecond), p99.Round(time.Microsecond),
-			float64(p50)/float64(p50s[0]), float64(p99)/float64(p99s[0]))
-		if i > 1 {
-			line += fmt.Sprintf("  p50 %.2fx bare", float64(p50)/float64(p50s[1]))
-		}
-		if p.proc != nil {
-			after, err := p.proc.usage()
+		var p50s, p99s []time.Duration
+		var bareCPU time.Duration
+		for i, p := range paths {
+			c, err := clientOf(i)
 			if err != nil {
 				return err
 			}
-			// The warm-up GETs count too: timeGets sends 50 before the timed ones.
-			n := requests + 50
-			cpu, allocs := p.proc.perRequest(before, after, elapsed, n)
-			line += fmt.Sprintf("  CPU %v/req", cpu.Round(time.Microsecond))
-			if i == 1 {
-				bareCPU = cpu
-			} else if bareCPU > 0 {
-				line += fmt.Sprintf(" (%.2fx bare)", float64(cpu)/float64(bareCPU))
+			var before usage
+			if p.proc != nil {
+				if before, err = p.proc.usage(); err != nil {
+					return err
+				}
 			}
-			line += fmt.Sprintf("  %.0f allocs/req", allocs)
+			start := time.Now()
+			samples, err := timeGets(c, p.base+"/api/v1/namespaces/default", requests)
+			if err != nil {
+				return fmt.Errorf("%s: %w", p.name, err)
+			}
+			elapsed := time.Since(start)
+			p50, p99 := samples[len(samples)/2], samples[len(samples)*99/100]
+			p50s, p99s = append(p50s, p50), append(p99s, p99)
+			line := fmt.Sprintf("  %-20s p50 %8v  p99 %8v  p50 %.2fx  p99 %.2fx", p.name, p50.Round(time.Microsecond), p99.Round(time.Microsecond),
+				float64(p50)/float64(p50s[0]), float64(p99)/float64(p99s[0]))
+			if i > 1 {
+				line += fmt.Sprintf("  p50 %.2fx bare", float64(p50)/float64(p50s[1]))
+			}
+			if p.proc != nil {
+				after, err := p.proc.usage()
+				if err != nil {
+					return err
+				}
+				// The warm-up GETs count too: timeGets sends 50 before the timed ones.
+				n := requests + 50
+				cpu, allocs := p.proc.perRequest(before, after, elapsed, n)
+				line += fmt.Sprintf("  CPU %v/req", cpu.Round(time.Microsecond))
+				if i == 1 {
+					bareCPU = cpu
+				} else if bareCPU > 0 {
+					line += fmt.Sprintf(" (%.2fx bare)", float64(cpu)/float64(bareCPU))
+				}
+				line += fmt.Sprintf("  %.0f allocs/req", allocs)
+			}
+			fmt.Println(line)
 		}
-		fmt.Println(line)
 	}
 	fmt.Printf("  (idle CPU subtracted: bare %v/s, mount-apiserver %v/s; mount-apiserver's CPU includes its embedded etcd)\n",
 		floor.idle.Round(time.Microsecond), mountProc.idle.Round(time.Microsecond))
