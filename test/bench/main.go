@@ -43,6 +43,7 @@ func main() {
 	flag.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of mount-apiserver during extra proxied GETs to this file")
 	flag.StringVar(&allocProfile, "allocprofile", "", "write mount-apiserver's allocation profiles before and after extra proxied GETs to this file with suffixes .before and .after (go tool pprof -sample_index=alloc_objects -base f.before f.after)")
 	flag.StringVar(&binary, "binary", "", "the mount-apiserver binary to measure (default: built from ./cmd/mount-apiserver), e.g. an older version's")
+	flag.StringVar(&compareBinary, "compare-binary", "", "also measure this mount-apiserver binary (e.g. an older version), as a second server with its own etcd, in the same rounds")
 	flag.IntVar(&rounds, "rounds", 1, "how often to repeat the small GETs of every path")
 	flag.IntVar(&profileSeconds, "profile-seconds", 10, "how long to profile")
 	flag.Parse()
@@ -62,7 +63,7 @@ func main() {
 var (
 	cpuProfile, allocProfile string
 	profileSeconds, rounds   int
-	binary                   string
+	binary, compareBinary    string
 )
 
 func run(requests, listMB, lists int) error {
@@ -117,6 +118,29 @@ func run(requests, listMB, lists int) error {
 		{name: "bare Go proxy", client: floor.client, base: floor.url, proc: floor.process},
 		{name: "mount proxy", cfg: agg.DirectConfig(bencherHost), base: agg.Mount.URL + "/apis/mounts.kcp.io/v1alpha1/mounts/bench/proxy", proc: mountProc},
 		{name: "host + mount proxy", cfg: bencherHost, base: host.URL + "/apis/mounts.kcp.io/v1alpha1/mounts/bench/proxy", proc: mountProc},
+	}
+	if compareBinary != "" {
+		other, pid, err := framework.StartProcess(ctx, compareBinary, filepath.Join(dir, "compare"), "--kubeconfig", agg.Kubeconfig, "--audit-log-path=")
+		if err != nil {
+			return err
+		}
+		defer other.Stop()
+		direct := func(cfg *rest.Config) *rest.Config {
+			cfg = rest.CopyConfig(cfg)
+			cfg.Host, cfg.CAData = other.URL, other.CAData
+			return cfg
+		}
+		if err := createBenchMount(ctx, direct(host.AdminConfig)); err != nil {
+			return err
+		}
+		otherAdmin := direct(host.AdminConfig)
+		otherProc := &process{pid: pid, mallocs: func() (int, error) { return framework.Metric(otherAdmin, "go_memstats_mallocs_total") }}
+		if err := otherProc.measureIdle(3 * time.Second); err != nil {
+			return err
+		}
+		fmt.Printf("compared: %s (idle CPU %v/s)\n", compareBinary, otherProc.idle.Round(time.Microsecond))
+		paths = slices.Insert(paths, 3, paths[2])
+		paths[3].name, paths[3].cfg, paths[3].base, paths[3].proc = "compared mount proxy", direct(bencherHost), other.URL+"/apis/mounts.kcp.io/v1alpha1/mounts/bench/proxy", otherProc
 	}
 	clientOf := func(i int) (*http.Client, error) {
 		if paths[i].client != nil {
@@ -265,12 +289,7 @@ func setup(ctx context.Context, host, remote *framework.KubeAPIServer, listMB in
 	if _, err := host.Client.CoreV1().Secrets("clusters").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "bench"}, Data: map[string][]byte{"kubeconfig": kubeconfig}}, metav1.CreateOptions{}); err != nil {
 		return err
 	}
-	mounts, err := clientset.NewForConfig(host.AdminConfig)
-	if err != nil {
-		return err
-	}
-	if _, err := mounts.MountsV1alpha1().Mounts().Create(ctx, &v1alpha1.Mount{ObjectMeta: metav1.ObjectMeta{Name: "bench"},
-		Spec: v1alpha1.MountSpec{Ref: v1alpha1.ObjectReference{Namespace: "clusters", Name: "bench"}}}, metav1.CreateOptions{}); err != nil {
+	if err := createBenchMount(ctx, host.AdminConfig); err != nil {
 		return err
 	}
 	if _, err := remote.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench"}}, metav1.CreateOptions{}); err != nil {
@@ -284,6 +303,18 @@ func setup(ctx context.Context, host, remote *framework.KubeAPIServer, listMB in
 		}
 	}
 	return nil
+}
+
+// createBenchMount creates the Mount "bench" of the Secret clusters/bench on the server cfg
+// reaches.
+func createBenchMount(ctx context.Context, cfg *rest.Config) error {
+	mounts, err := clientset.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	_, err = mounts.MountsV1alpha1().Mounts().Create(ctx, &v1alpha1.Mount{ObjectMeta: metav1.ObjectMeta{Name: "bench"},
+		Spec: v1alpha1.MountSpec{Ref: v1alpha1.ObjectReference{Namespace: "clusters", Name: "bench"}}}, metav1.CreateOptions{})
+	return err
 }
 
 func client(cfg *rest.Config) (*http.Client, error) {

@@ -11,6 +11,16 @@ import (
 	"time"
 )
 
+// StartProcess runs the mount-apiserver binary bin with rootDir and args on a free loopback
+// port until the returned Server's Stop, waits until it is ready, and returns its process id.
+func StartProcess(ctx context.Context, bin, rootDir string, args ...string) (*Server, int, error) {
+	port, err := FreePort()
+	if err != nil {
+		return nil, 0, err
+	}
+	return startProcess(ctx, bin, rootDir, port, args)
+}
+
 // startProcess runs the mount-apiserver binary bin on 127.0.0.1:port with rootDir and args
 // until the returned Server's Stop (SIGINT, then SIGKILL after a minute), and waits until it
 // is ready. Its output goes to mount-apiserver.log next to rootDir.
