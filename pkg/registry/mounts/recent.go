@@ -65,10 +65,10 @@ func (c *recentCodec) Decode(data []byte, defaults *schema.GroupVersionKind, int
 		if target == nil {
 			target = &mounts.Mount{}
 		}
-		// The kept Mount's interned values are shared, as decoding would share them; its own
-		// slices and maps are copied, so the caller may change what it got.
+		// The caller may change what it got: its slices and maps are its own. The kept
+		// Mount's interned values are shared, as decoding would share them.
 		e.obj.DeepCopyInto(target)
-		internMount(target)
+		shareInterned(target, e.obj)
 		gvk := e.gvk
 		return target, &gvk, nil
 	}
@@ -99,4 +99,16 @@ func (c *recentCodec) Decode(data []byte, defaults *schema.GroupVersionKind, int
 	internMount(kept)
 	c.entries[sum] = &recentMount{data: bytes.Clone(data), obj: kept, gvk: *gvk}
 	return obj, gvk, err
+}
+
+// shareInterned points the byte slices of m, a deep copy of the interned Mount kept, back at
+// kept's interned bytes (strings are shared by the copy already): what internMount would do,
+// without hashing every value again.
+func shareInterned(m, kept *mounts.Mount) {
+	m.Spec.CABundle = kept.Spec.CABundle
+	for i := range m.ManagedFields {
+		if f := m.ManagedFields[i].FieldsV1; f != nil {
+			f.Raw = kept.ManagedFields[i].FieldsV1.Raw
+		}
+	}
 }

@@ -42,7 +42,8 @@ func TestRecentCodecKeepsMountsReadTwice(t *testing.T) {
 	if third == into || &third.Status.Conditions[0] == &into.Status.Conditions[0] {
 		t.Error("two answers share a Mount or its conditions")
 	}
-	if !sameString(third.Spec.Ref.Name, first.Spec.Ref.Name) {
+	if !sameString(third.Spec.Ref.Name, first.Spec.Ref.Name) || &third.Spec.CABundle[0] != &first.Spec.CABundle[0] ||
+		&third.ManagedFields[1].FieldsV1.Raw[0] != &first.ManagedFields[1].FieldsV1.Raw[0] {
 		t.Error("an answer from what was kept lost the interned values")
 	}
 
