@@ -354,7 +354,7 @@ func (h *requestHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	location := *h.location
 	location.RawQuery = req.URL.RawQuery
 	if !upgrade {
-		h.servePlain(w, out, h.target.RoundTripper(h.imp), location)
+		h.servePlain(w, out, h.target.PlainRoundTripper(out.Header, h.imp), location)
 		return
 	}
 	rt, upgradeRT := h.target.RoundTrippers(h.imp)
