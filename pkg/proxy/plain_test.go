@@ -23,7 +23,9 @@ func TestPlainImpersonationAsClientGo(t *testing.T) {
 		"user":   {UserName: "hub:alice"},
 		"uid":    {UserName: "hub:alice", UID: "1234"},
 		"groups": {UserName: "hub:alice", Groups: []string{"hub:a", "hub:system:authenticated"}},
-		"extra":  {UserName: "hub:alice", Groups: []string{"hub:a"}, Extra: map[string][]string{"example.com/Key with space": {"v1", "v2"}}},
+		"extra": {UserName: "hub:alice", Groups: []string{"hub:a"}, Extra: map[string][]string{
+			"example.com/Key with space": {"v1", "v2"}, "authentication.kubernetes.io/credential-id": {"X509SHA256=ab"}, "plain": {"x"}}},
+		"every byte": {UserName: "u", Extra: everyByte()},
 	} {
 		t.Run(name, func(t *testing.T) {
 			want, got := &captureHeaders{}, &captureHeaders{}
@@ -61,4 +63,13 @@ func TestBufferPool(t *testing.T) {
 		t.Errorf("a returned buffer came back with len %d", len(b))
 	}
 	p.Put(make([]byte, 10)) // not ours: dropped
+}
+
+// everyByte is an extra field per byte value, in a name of its own.
+func everyByte() map[string][]string {
+	extra := map[string][]string{}
+	for c := range 256 {
+		extra["k"+string([]byte{byte(c)})+"x"] = []string{"v"}
+	}
+	return extra
 }
