@@ -48,6 +48,9 @@ type Proxier struct {
 	// Workspaces resolves the workspaces of Workspace and Redirect mounts (kcp mode with
 	// --kcp-kubeconfig); nil serves neither type.
 	Workspaces kcp.WorkspaceResolver
+	// buffers lends the copy buffers of plain requests.
+	buffers bufferPool
+
 	// Kcp is the provider's client configuration for kcp (--kcp-kubeconfig): Workspace mounts
 	// are proxied to its host, kcp's base URL, with its credentials, impersonating the
 	// caller. nil serves no Workspace mounts.
@@ -347,10 +350,14 @@ func (h *requestHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	scrubHeaders(out.Header, upgrade)
 	out.Header.Set(HopsHeader, strconv.Itoa(hop+1))
 
-	rt, upgradeRT := h.target.RoundTrippers(h.imp)
 	// The upgrade path dials Location as it is; only the plain path copies the query itself.
 	location := *h.location
 	location.RawQuery = req.URL.RawQuery
+	if !upgrade {
+		h.servePlain(w, out, h.target.PlainRoundTripper(out.Header, h.imp), location)
+		return
+	}
+	rt, upgradeRT := h.target.RoundTrippers(h.imp)
 	proxy := utilproxy.NewUpgradeAwareHandler(&location, rt, false, false, responder{mount: h.mount.Name, target: h.target.Base.Host})
 	proxy.UpgradeTransport = upgradeRT
 	proxy.UseLocationHost = true

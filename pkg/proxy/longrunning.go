@@ -25,6 +25,9 @@ func IsLongRunning(req *http.Request, innerPath string) bool {
 	if httpstream.IsUpgradeRequest(req) {
 		return true
 	}
+	if !mayBeLongRunning(innerPath, req.URL.RawQuery) {
+		return false
+	}
 	inner := &http.Request{Method: req.Method, URL: &url.URL{Path: "/" + strings.TrimPrefix(innerPath, "/"), RawQuery: req.URL.RawQuery}}
 	info, err := innerRequestInfo.NewRequestInfo(inner)
 	if err != nil || !info.IsResourceRequest {
@@ -38,6 +41,26 @@ func IsLongRunning(req *http.Request, innerPath string) bool {
 	case info.Subresource == "log":
 		follow := req.URL.Query().Get("follow")
 		return follow == "true" || follow == "1"
+	}
+	return false
+}
+
+// longRunningWords are what a long-running inner request must contain: the verb watch (a path
+// segment or a query parameter) or one of the subresources above or "log".
+var longRunningWords = []string{"watch", "exec", "attach", "portforward", "proxy", "log"}
+
+// mayBeLongRunning is false when the inner request cannot be long-running: neither its path nor
+// its query contains any of longRunningWords, and the query has no escapes that could spell one.
+// The server asks several times per request (max-in-flight, timeout, metrics); most requests
+// are answered here, without resolving the inner request's info.
+func mayBeLongRunning(innerPath, rawQuery string) bool {
+	if strings.Contains(rawQuery, "%") {
+		return true
+	}
+	for _, w := range longRunningWords {
+		if strings.Contains(innerPath, w) || strings.Contains(rawQuery, w) {
+			return true
+		}
 	}
 	return false
 }

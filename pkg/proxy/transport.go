@@ -5,11 +5,16 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"log"
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
+
+	"golang.org/x/net/http/httpguts"
 
 	"k8s.io/apimachinery/pkg/types"
 	utilproxy "k8s.io/apimachinery/pkg/util/proxy"
@@ -33,9 +38,11 @@ type Target struct {
 	transport      http.RoundTripper
 	upgradeAuth    http.RoundTripper
 	plain, upgrade *http.Transport
-	key            TargetKey
-	users          int
-	lastUsed       time.Time
+	// errorLog is the plain reverse proxy's (servePlain).
+	errorLog *log.Logger
+	key      TargetKey
+	users    int
+	lastUsed time.Time
 }
 
 // RoundTrippers returns the round trippers of one request: the shared ones, with the caller's
@@ -47,6 +54,55 @@ func (t *Target) RoundTrippers(imp *transport.ImpersonationConfig) (http.RoundTr
 		upgradeAuth = transport.NewImpersonatingRoundTripper(*imp, upgradeAuth)
 	}
 	return rt, utilproxy.NewUpgradeRequestRoundTripper(t.upgrade, upgradeAuth)
+}
+
+// PlainRoundTripper returns the round tripper of one plain request whose headers are h (the
+// request's own copy): the shared one, with the caller's identity impersonated when imp is not
+// nil. The impersonation headers are set on h directly, as client-go's impersonating round
+// tripper would set them (TestPlainImpersonationAsClientGo), which saves that round tripper's
+// copy of every request.
+func (t *Target) PlainRoundTripper(h http.Header, imp *transport.ImpersonationConfig) http.RoundTripper {
+	if imp == nil {
+		return t.transport
+	}
+	h.Set(transport.ImpersonateUserHeader, imp.UserName)
+	if imp.UID != "" {
+		h.Set(transport.ImpersonateUIDHeader, imp.UID)
+	}
+	for _, g := range imp.Groups {
+		h.Add(transport.ImpersonateGroupHeader, g)
+	}
+	for k, values := range imp.Extra {
+		name := transport.ImpersonateUserExtraHeaderPrefix + escapeExtraKey(k)
+		for _, v := range values {
+			h.Add(name, v)
+		}
+	}
+	return t.transport
+}
+
+// escapeExtraKey percent-encodes (RFC 3986, 2.1) the bytes of an extra field's name that
+// cannot be part of a header name, and '%' itself, so that the target's unescaping gives the
+// name back.
+func escapeExtraKey(k string) string {
+	plain := func(c byte) bool { return c < utf8.RuneSelf && c != '%' && httpguts.IsTokenRune(rune(c)) }
+	i := 0
+	for i < len(k) && plain(k[i]) {
+		i++
+	}
+	if i == len(k) {
+		return k
+	}
+	var b strings.Builder
+	b.WriteString(k[:i])
+	for ; i < len(k); i++ {
+		if c := k[i]; plain(c) {
+			b.WriteByte(c)
+		} else {
+			fmt.Fprintf(&b, "%%%02X", c)
+		}
+	}
+	return b.String()
 }
 
 // TargetKey identifies what a Target is built from. Mounts with equal keys share one Target,
@@ -391,6 +447,7 @@ func (t *Transports) newTarget(cfg *rest.Config, caOverride []byte, connectTimeo
 		upgradeAuth:    upgradeAuth,
 		plain:          plain,
 		upgrade:        upgrade,
+		errorLog:       newErrorLog(),
 	}, nil
 }
 

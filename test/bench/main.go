@@ -4,7 +4,12 @@
 // the remote, through mount-apiserver's proxy, through the host aggregator and the proxy),
 // throughput of a ~10 MB LIST, and new upstream TCP connections per 1,000 proxied requests.
 //
-//	go run ./test/bench [-requests 2000] [-list-mb 10]
+// mount-apiserver (built from ./cmd/mount-apiserver) and the bare Go reverse proxy each run as
+// their own process, so that the bench also reports their CPU time per request (from
+// /proc/<pid>/stat, less the process's idle rate) and Go heap allocations per request (the
+// runtime's malloc count), the proxy's against the bare proxy's in the same run.
+//
+//	go run ./test/bench [-requests 2000] [-list-mb 10] [-cpuprofile f] [-allocprofile f]
 package main
 
 import (
@@ -13,10 +18,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,7 +32,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
-	"github.com/kcp-dev/mount-apiserver/pkg/cmd/server/options"
 	clientset "github.com/kcp-dev/mount-apiserver/pkg/generated/clientset/versioned"
 	"github.com/kcp-dev/mount-apiserver/test/integration/framework"
 )
@@ -37,16 +39,32 @@ import (
 func main() {
 	requests := flag.Int("requests", 2000, "GETs per path")
 	listMB := flag.Int("list-mb", 10, "size of the LIST response in MB")
-	lists := flag.Int("lists", 20, "LISTs per path")
-	flag.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of mount-apiserver during the proxied GETs to this file")
+	lists := flag.Int("lists", 20, "LISTs per path (0: no LISTs, nor the connection count)")
+	flag.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of mount-apiserver during extra proxied GETs to this file")
+	flag.StringVar(&allocProfile, "allocprofile", "", "write mount-apiserver's allocation profiles before and after extra proxied GETs to this file with suffixes .before and .after (go tool pprof -sample_index=alloc_objects -base f.before f.after)")
+	flag.StringVar(&binary, "binary", "", "the mount-apiserver binary to measure (default: built from ./cmd/mount-apiserver), e.g. an older version's")
+	flag.StringVar(&compareBinary, "compare-binary", "", "also measure this mount-apiserver binary (e.g. an older version), as a second server with its own etcd, in the same rounds")
+	flag.IntVar(&rounds, "rounds", 1, "how often to repeat the small GETs of every path")
+	flag.IntVar(&profileSeconds, "profile-seconds", 10, "how long to profile")
 	flag.Parse()
+	if kubeconfig := os.Getenv(bareProxyEnv); kubeconfig != "" {
+		if err := serveBareProxy(kubeconfig); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(*requests, *listMB, *lists); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 }
 
-var cpuProfile string
+var (
+	cpuProfile, allocProfile string
+	profileSeconds, rounds   int
+	binary, compareBinary    string
+)
 
 func run(requests, listMB, lists int) error {
 	ctx := klog.NewContext(context.Background(), klog.Background())
@@ -55,8 +73,15 @@ func run(requests, listMB, lists int) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
+	bin := binary
+	if bin == "" {
+		if bin, err = framework.BuildMountAPIServer(); err != nil {
+			return err
+		}
+		defer os.RemoveAll(filepath.Dir(bin))
+	}
 	// No audit log: the benchmark measures the proxy, not the harness's audit writer.
-	clusters, err := framework.StartClusters(ctx, dir, func(o *options.Options) { o.Audit.LogOptions.Path = "" })
+	clusters, err := framework.StartClustersProcess(ctx, dir, bin, "--audit-log-path=")
 	if err != nil {
 		return err
 	}
@@ -74,21 +99,48 @@ func run(requests, listMB, lists int) error {
 	if err != nil {
 		return err
 	}
-	floor, floorClient, err := bareProxy(remote)
+	floor, err := startBareProxy(dir, remote)
 	if err != nil {
 		return err
 	}
-	defer floor.Close()
+	defer floor.stop()
+	admin := agg.DirectConfig(host.AdminConfig)
+	mountProc := &process{pid: agg.Pid, mallocs: func() (int, error) { return framework.Metric(admin, "go_memstats_mallocs_total") }}
 	paths := []struct {
 		name   string
 		cfg    *rest.Config
 		client *http.Client
 		base   string
+		// proc is the proxy process whose CPU and allocations the path reports.
+		proc *process
 	}{
 		{name: "direct", cfg: bencherRemote, base: remote.URL},
-		{name: "bare Go proxy", client: floorClient, base: floor.URL},
-		{name: "mount proxy", cfg: agg.DirectConfig(bencherHost), base: agg.Mount.URL + "/apis/mounts.kcp.io/v1alpha1/mounts/bench/proxy"},
-		{name: "host + mount proxy", cfg: bencherHost, base: host.URL + "/apis/mounts.kcp.io/v1alpha1/mounts/bench/proxy"},
+		{name: "bare Go proxy", client: floor.client, base: floor.url, proc: floor.process},
+		{name: "mount proxy", cfg: agg.DirectConfig(bencherHost), base: agg.Mount.URL + "/apis/mounts.kcp.io/v1alpha1/mounts/bench/proxy", proc: mountProc},
+		{name: "host + mount proxy", cfg: bencherHost, base: host.URL + "/apis/mounts.kcp.io/v1alpha1/mounts/bench/proxy", proc: mountProc},
+	}
+	if compareBinary != "" {
+		other, pid, err := framework.StartProcess(ctx, compareBinary, filepath.Join(dir, "compare"), "--kubeconfig", agg.Kubeconfig, "--audit-log-path=")
+		if err != nil {
+			return err
+		}
+		defer other.Stop()
+		direct := func(cfg *rest.Config) *rest.Config {
+			cfg = rest.CopyConfig(cfg)
+			cfg.Host, cfg.CAData = other.URL, other.CAData
+			return cfg
+		}
+		if err := createBenchMount(ctx, direct(host.AdminConfig)); err != nil {
+			return err
+		}
+		otherAdmin := direct(host.AdminConfig)
+		otherProc := &process{pid: pid, mallocs: func() (int, error) { return framework.Metric(otherAdmin, "go_memstats_mallocs_total") }}
+		if err := otherProc.measureIdle(3 * time.Second); err != nil {
+			return err
+		}
+		fmt.Printf("compared: %s (idle CPU %v/s)\n", compareBinary, otherProc.idle.Round(time.Microsecond))
+		paths = slices.Insert(paths, 3, paths[2])
+		paths[3].name, paths[3].cfg, paths[3].base, paths[3].proc = "compared mount proxy", direct(bencherHost), other.URL+"/apis/mounts.kcp.io/v1alpha1/mounts/bench/proxy", otherProc
 	}
 	clientOf := func(i int) (*http.Client, error) {
 		if paths[i].client != nil {
@@ -97,33 +149,71 @@ func run(requests, listMB, lists int) error {
 		return client(paths[i].cfg)
 	}
 
-	fmt.Printf("small GET (/api/v1/namespaces/default), %d requests each, sequential\n", requests)
-	var p50s, p99s []time.Duration
-	for i, p := range paths {
-		c, err := clientOf(i)
-		if err != nil {
+	for _, proc := range []*process{floor.process, mountProc} {
+		if err := proc.measureIdle(3 * time.Second); err != nil {
 			return err
 		}
-		var profileDone chan error
-		if cpuProfile != "" && p.name == "mount proxy" {
-			profileDone = make(chan error, 1)
-			go func() {
-				profileDone <- framework.Profile(agg.DirectConfig(host.AdminConfig), "profile?seconds=3", cpuProfile)
-			}()
+	}
+	fmt.Printf("small GET (/api/v1/namespaces/default), %d requests each, sequential; CPU and allocations of the proxy process\n", requests)
+	for round := range rounds {
+		if rounds > 1 {
+			fmt.Printf(" round %d\n", round+1)
 		}
-		samples, err := timeGets(c, p.base+"/api/v1/namespaces/default", requests)
-		if profileDone != nil {
-			if err := <-profileDone; err != nil {
+		var p50s, p99s []time.Duration
+		var bareCPU time.Duration
+		for i, p := range paths {
+			c, err := clientOf(i)
+			if err != nil {
 				return err
 			}
+			var before usage
+			if p.proc != nil {
+				if before, err = p.proc.usage(); err != nil {
+					return err
+				}
+			}
+			start := time.Now()
+			samples, err := timeGets(c, p.base+"/api/v1/namespaces/default", requests)
+			if err != nil {
+				return fmt.Errorf("%s: %w", p.name, err)
+			}
+			elapsed := time.Since(start)
+			p50, p99 := samples[len(samples)/2], samples[len(samples)*99/100]
+			p50s, p99s = append(p50s, p50), append(p99s, p99)
+			line := fmt.Sprintf("  %-20s p50 %8v  p99 %8v  p50 %.2fx  p99 %.2fx", p.name, p50.Round(time.Microsecond), p99.Round(time.Microsecond),
+				float64(p50)/float64(p50s[0]), float64(p99)/float64(p99s[0]))
+			if i > 1 {
+				line += fmt.Sprintf("  p50 %.2fx bare", float64(p50)/float64(p50s[1]))
+			}
+			if p.proc != nil {
+				after, err := p.proc.usage()
+				if err != nil {
+					return err
+				}
+				// The warm-up GETs count too: timeGets sends 50 before the timed ones.
+				n := requests + 50
+				cpu, allocs := p.proc.perRequest(before, after, elapsed, n)
+				line += fmt.Sprintf("  CPU %v/req", cpu.Round(time.Microsecond))
+				if i == 1 {
+					bareCPU = cpu
+				} else if bareCPU > 0 {
+					line += fmt.Sprintf(" (%.2fx bare)", float64(cpu)/float64(bareCPU))
+				}
+				line += fmt.Sprintf("  %.0f allocs/req", allocs)
+			}
+			fmt.Println(line)
 		}
-		if err != nil {
-			return fmt.Errorf("%s: %w", p.name, err)
+	}
+	fmt.Printf("  (idle CPU subtracted: bare %v/s, mount-apiserver %v/s; mount-apiserver's CPU includes its embedded etcd)\n",
+		floor.idle.Round(time.Microsecond), mountProc.idle.Round(time.Microsecond))
+
+	if cpuProfile != "" || allocProfile != "" {
+		if err := profile(admin, paths[2].cfg, paths[2].base+"/api/v1/namespaces/default", profileSeconds); err != nil {
+			return err
 		}
-		p50, p99 := samples[len(samples)/2], samples[len(samples)*99/100]
-		p50s, p99s = append(p50s, p50), append(p99s, p99)
-		fmt.Printf("  %-20s p50 %8v  p99 %8v  p50 %.2fx  p99 %.2fx\n", p.name, p50.Round(time.Microsecond), p99.Round(time.Microsecond),
-			float64(p50)/float64(p50s[0]), float64(p99)/float64(p99s[0]))
+	}
+	if lists == 0 {
+		return nil
 	}
 
 	fmt.Printf("LIST of ~%d MB (/api/v1/namespaces/bench/configmaps), %d lists each\n", listMB, lists)
@@ -143,7 +233,6 @@ func run(requests, listMB, lists int) error {
 		fmt.Printf("  %-20s %7.1f MB/s  (%.1f MB per list)  %.2fx\n", p.name, mbps, float64(size)/1e6, mbps/base)
 	}
 
-	admin := agg.DirectConfig(host.AdminConfig)
 	before, err := upstreamConnections(admin)
 	if err != nil {
 		return err
@@ -200,12 +289,7 @@ func setup(ctx context.Context, host, remote *framework.KubeAPIServer, listMB in
 	if _, err := host.Client.CoreV1().Secrets("clusters").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "bench"}, Data: map[string][]byte{"kubeconfig": kubeconfig}}, metav1.CreateOptions{}); err != nil {
 		return err
 	}
-	mounts, err := clientset.NewForConfig(host.AdminConfig)
-	if err != nil {
-		return err
-	}
-	if _, err := mounts.MountsV1alpha1().Mounts().Create(ctx, &v1alpha1.Mount{ObjectMeta: metav1.ObjectMeta{Name: "bench"},
-		Spec: v1alpha1.MountSpec{Ref: v1alpha1.ObjectReference{Namespace: "clusters", Name: "bench"}}}, metav1.CreateOptions{}); err != nil {
+	if err := createBenchMount(ctx, host.AdminConfig); err != nil {
 		return err
 	}
 	if _, err := remote.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench"}}, metav1.CreateOptions{}); err != nil {
@@ -221,39 +305,16 @@ func setup(ctx context.Context, host, remote *framework.KubeAPIServer, listMB in
 	return nil
 }
 
-// bareProxy is the floor any proxy hop pays on this machine: a plain Go TLS reverse proxy
-// (httputil.ReverseProxy over HTTP/2, in this process as mount-apiserver is) to the remote,
-// with the mount's credentials and the same impersonation headers, so the remote does the
-// same work as behind the mount proxy. It has no authentication, authorization or API
-// machinery; it is a reference, not a product.
-func bareProxy(remote *framework.KubeAPIServer) (*httptest.Server, *http.Client, error) {
-	creds, err := remote.UserConfig("mount-proxy")
+// createBenchMount creates the Mount "bench" of the Secret clusters/bench on the server cfg
+// reaches.
+func createBenchMount(ctx context.Context, cfg *rest.Config) error {
+	mounts, err := clientset.NewForConfig(cfg)
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
-	tlsConfig, err := rest.TLSConfigFor(creds)
-	if err != nil {
-		return nil, nil, err
-	}
-	target, err := url.Parse(remote.URL)
-	if err != nil {
-		return nil, nil, err
-	}
-	upstream := &http.Transport{TLSClientConfig: tlsConfig, ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 16}
-	proxy := &httputil.ReverseProxy{
-		Transport: upstream,
-		Rewrite: func(r *httputil.ProxyRequest) {
-			r.SetURL(target)
-			r.Out.Header.Set("Impersonate-User", "bencher")
-			r.Out.Header.Set("Impersonate-Group", "system:authenticated")
-		},
-	}
-	srv := httptest.NewUnstartedServer(proxy)
-	srv.EnableHTTP2 = true
-	srv.StartTLS()
-	c := srv.Client()
-	c.Timeout = time.Minute
-	return srv, c, nil
+	_, err = mounts.MountsV1alpha1().Mounts().Create(ctx, &v1alpha1.Mount{ObjectMeta: metav1.ObjectMeta{Name: "bench"},
+		Spec: v1alpha1.MountSpec{Ref: v1alpha1.ObjectReference{Namespace: "clusters", Name: "bench"}}}, metav1.CreateOptions{})
+	return err
 }
 
 func client(cfg *rest.Config) (*http.Client, error) {

@@ -94,7 +94,8 @@ func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, pr
 }
 
 // storedRESTOptions adapts how Mounts are stored: the codec makes the Mounts it decodes share
-// their repeated values (intern.go), and values are compressed in etcd (pkg/storagevalue).
+// their repeated values (intern.go) and answers bytes read again from the Mounts decoded from
+// them (recent.go), and values are compressed in etcd (pkg/storagevalue).
 type storedRESTOptions struct {
 	generic.RESTOptionsGetter
 }
@@ -106,7 +107,7 @@ func (g storedRESTOptions) GetRESTOptions(resource schema.GroupResource, example
 		return opts, err
 	}
 	cfg := *opts.StorageConfig
-	cfg.Codec = internCodec{Codec: cfg.Codec}
+	cfg.Codec = newRecentCodec(internCodec{Codec: cfg.Codec})
 	cfg.Transformer = storagevalue.Compressing(cfg.Transformer)
 	opts.StorageConfig = &cfg
 	// The watch cache keys objects by their own cluster, not the default one.

@@ -47,39 +47,72 @@ type Aggregated struct {
 	// Kubeconfig is the mount-apiserver service account's, which the server runs with.
 	Kubeconfig string
 
+	// Pid is mount-apiserver's process id when it runs as its own process
+	// (StartAggregatedProcess), else 0.
+	Pid int
+
 	port   int
 	modify func(*options.Options)
+	// binary and args run mount-apiserver as its own process instead of in this one.
+	binary string
+	args   []string
 }
 
 // StartAggregated applies the bundle, starts mount-apiserver as the bundle's service account
 // and waits until the APIService is Available. modify may adjust the server's options.
 func StartAggregated(ctx context.Context, kube *KubeAPIServer, dir string, modify func(*options.Options)) (*Aggregated, error) {
 	a := &Aggregated{Kube: kube, RootDir: filepath.Join(dir, "mount-apiserver"), AuditLog: filepath.Join(dir, "mount-apiserver-audit.log"), modify: modify}
-	listener, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	a.port = listener.Addr().(*net.TCPAddr).Port
-	if err := a.applyBundle(ctx); err != nil {
-		listener.Close()
-		return nil, err
-	}
-	if a.Kubeconfig, err = a.serviceAccountKubeconfig(ctx); err != nil {
-		listener.Close()
-		return nil, err
-	}
-	policy := filepath.Join(dir, "audit-policy.yaml")
-	if err := os.WriteFile(policy, []byte("apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n"), 0o600); err != nil {
-		listener.Close()
-		return nil, err
-	}
-	if err := a.start(ctx, listener, policy); err != nil {
+	if err := a.startNew(ctx, dir); err != nil {
 		return nil, err
 	}
 	return a, nil
 }
 
+// StartAggregatedProcess is StartAggregated with mount-apiserver as its own process (the
+// binary bin, e.g. from BuildMountAPIServer), so that what it spends is measured apart from
+// the caller's; args are added to the flags StartAggregated would set (a later flag wins).
+func StartAggregatedProcess(ctx context.Context, kube *KubeAPIServer, dir, bin string, args ...string) (*Aggregated, error) {
+	a := &Aggregated{Kube: kube, RootDir: filepath.Join(dir, "mount-apiserver"), AuditLog: filepath.Join(dir, "mount-apiserver-audit.log"), binary: bin, args: args}
+	if err := a.startNew(ctx, dir); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+func (a *Aggregated) startNew(ctx context.Context, dir string) error {
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	a.port = listener.Addr().(*net.TCPAddr).Port
+	if err := a.applyBundle(ctx); err != nil {
+		listener.Close()
+		return err
+	}
+	if a.Kubeconfig, err = a.serviceAccountKubeconfig(ctx); err != nil {
+		listener.Close()
+		return err
+	}
+	policy := filepath.Join(dir, "audit-policy.yaml")
+	if err := os.WriteFile(policy, []byte("apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n"), 0o600); err != nil {
+		listener.Close()
+		return err
+	}
+	return a.start(ctx, listener, policy)
+}
+
 func (a *Aggregated) start(ctx context.Context, listener net.Listener, policy string) error {
+	if a.binary != "" {
+		listener.Close() // the process listens on the port itself
+		args := append([]string{"--kubeconfig", a.Kubeconfig, "--apiservice-name", APIServiceName,
+			"--audit-log-path", a.AuditLog, "--audit-policy-file", policy}, a.args...)
+		s, pid, err := startProcess(ctx, a.binary, a.RootDir, a.port, args)
+		if err != nil {
+			return err
+		}
+		a.Mount, a.Pid = s, pid
+		return a.WaitAvailable(ctx)
+	}
 	s, err := StartServer(ctx, a.RootDir, listener, func(o *options.Options) {
 		o.Kubeconfig = a.Kubeconfig
 		o.APIServiceName = APIServiceName

@@ -22,7 +22,19 @@ type Clusters struct {
 
 // StartClusters starts the three in dir; modify may adjust mount-apiserver's options. On
 // error, what was started is stopped again.
-func StartClusters(ctx context.Context, dir string, modify func(*options.Options)) (_ *Clusters, err error) {
+func StartClusters(ctx context.Context, dir string, modify func(*options.Options)) (*Clusters, error) {
+	return startClusters(ctx, dir, func(host *KubeAPIServer) (*Aggregated, error) { return StartAggregated(ctx, host, dir, modify) })
+}
+
+// StartClustersProcess is StartClusters with mount-apiserver as its own process, the binary
+// bin with args added to its flags (StartAggregatedProcess).
+func StartClustersProcess(ctx context.Context, dir, bin string, args ...string) (*Clusters, error) {
+	return startClusters(ctx, dir, func(host *KubeAPIServer) (*Aggregated, error) {
+		return StartAggregatedProcess(ctx, host, dir, bin, args...)
+	})
+}
+
+func startClusters(ctx context.Context, dir string, startAggregated func(host *KubeAPIServer) (*Aggregated, error)) (_ *Clusters, err error) {
 	c := &Clusters{}
 	defer func() {
 		if err != nil {
@@ -34,7 +46,7 @@ func StartClusters(ctx context.Context, dir string, modify func(*options.Options
 		return nil, err
 	}
 	c.HostReady = time.Since(start)
-	if c.Agg, err = StartAggregated(ctx, c.Host, dir, modify); err != nil {
+	if c.Agg, err = startAggregated(c.Host); err != nil {
 		return nil, fmt.Errorf("%w\nkube-apiserver log (tail):\n%s", err, tail(c.Host.Log(), 60))
 	}
 	c.AggregatedReady = time.Since(start)

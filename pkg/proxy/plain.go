@@ -1,0 +1,84 @@
+package proxy
+
+import (
+	"log"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"time"
+)
+
+// copyBufferSize is the size of the buffers a proxied response is copied through: what
+// httputil.ReverseProxy allocates per request without a pool.
+const copyBufferSize = 32 * 1024
+
+// plainFlushInterval is how often a plain proxied response is flushed to the caller, as
+// UpgradeAwareHandler does (watches and logs -f flush as their events arrive anyway).
+const plainFlushInterval = 200 * time.Millisecond
+
+// bufferPool lends the copy buffers of plain proxied requests. A fresh 32 KB buffer per
+// request was the largest part, by bytes, of what a proxied request allocated (issue #17).
+type bufferPool struct {
+	pool sync.Pool
+}
+
+func (b *bufferPool) Get() []byte {
+	if buf, ok := b.pool.Get().(*[]byte); ok {
+		return *buf
+	}
+	return make([]byte, copyBufferSize)
+}
+
+func (b *bufferPool) Put(buf []byte) {
+	if cap(buf) == copyBufferSize {
+		buf = buf[:copyBufferSize]
+		b.pool.Put(&buf)
+	}
+}
+
+// servePlain proxies a request that is no upgrade: out is the caller's request, already
+// cloned and scrubbed, rt carries the mount's credentials and the caller's impersonation.
+// It does what UpgradeAwareHandler's plain path did (same Director semantics: the target's
+// scheme and host, the joined path, the caller's query, Host of the target, an empty
+// User-Agent if the caller sent none, X-Forwarded-For; flushes every 200 ms; failures as
+// metav1.Status), without a new reverse proxy, logger and buffer per request.
+func (h *requestHandler) servePlain(w http.ResponseWriter, out *http.Request, rt http.RoundTripper, location url.URL) {
+	if !strings.HasSuffix(location.Path, "/") && strings.HasSuffix(out.URL.Path, "/") {
+		location.Path += "/"
+	}
+	out.URL = &location
+	out.Host = location.Host
+	if _, ok := out.Header["User-Agent"]; !ok {
+		// Otherwise Go's transport sends its own.
+		out.Header.Set("User-Agent", "")
+	}
+	proxy := httputil.ReverseProxy{
+		// The request is ready: the reverse proxy only copies it.
+		Director:      func(*http.Request) {},
+		Transport:     rt,
+		FlushInterval: plainFlushInterval,
+		BufferPool:    &h.proxier.buffers,
+		ErrorLog:      h.target.errorLog,
+		ErrorHandler:  responder{mount: h.mount.Name, target: h.target.Base.Host}.Error,
+	}
+	proxy.ServeHTTP(w, out)
+}
+
+// newErrorLog is the reverse proxy's log of failures it has no one to tell (a response body
+// cut short): standard error, as UpgradeAwareHandler's, without the "suppressing panic" noise
+// of aborted handlers.
+func newErrorLog() *log.Logger {
+	return log.New(stderrUnlessPanic{}, "", log.LstdFlags)
+}
+
+type stderrUnlessPanic struct{}
+
+func (stderrUnlessPanic) Write(p []byte) (int, error) {
+	if strings.Contains(string(p), "suppressing panic") {
+		return len(p), nil
+	}
+	return os.Stderr.Write(p)
+}
