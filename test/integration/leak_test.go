@@ -86,7 +86,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 	if hostErr != nil {
 		t.Fatal(hostErr)
 	}
-	agg, proc := framework.StartAggregatedProcess(ctx, t, host, bin, "RequestResponse", "-v=10", "--status-probe-interval=1s")
+	agg, proc := framework.StartAggregatedBinary(ctx, t, host, bin, "RequestResponse", "-v=10", "--status-probe-interval=1s")
 	t.Logf("set-up ready after %v", time.Since(start).Round(time.Millisecond))
 
 	// The credentials on the target: a client certificate and a service-account token, both

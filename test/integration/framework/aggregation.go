@@ -264,11 +264,11 @@ func (a *Aggregated) DirectConfig(cfg *rest.Config) *rest.Config {
 	return direct
 }
 
-// StartAggregatedProcess is StartAggregated with the built binary as its own process: args
+// StartAggregatedBinary is StartAggregated with the test's built binary as its own process: args
 // are extra flags (e.g. -v=10), its output is in the Process's LogPath, and its audit policy
 // logs every request at auditLevel (Metadata, Request or RequestResponse). Restart would
 // start the server in this process instead; tests of such an Aggregated do not call it.
-func StartAggregatedProcess(ctx context.Context, t testing.TB, kube *KubeAPIServer, bin Binary, auditLevel string, args ...string) (*Aggregated, *Process) {
+func StartAggregatedBinary(ctx context.Context, t testing.TB, kube *KubeAPIServer, bin Binary, auditLevel string, args ...string) (*Aggregated, *Process) {
 	t.Helper()
 	dir := t.TempDir()
 	a := &Aggregated{Kube: kube, RootDir: filepath.Join(dir, "mount-apiserver"), AuditLog: filepath.Join(dir, "mount-apiserver-audit.log")}
