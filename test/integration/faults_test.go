@@ -1,0 +1,198 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+
+	clientset "github.com/kcp-dev/mount-apiserver/pkg/generated/clientset/versioned"
+	"github.com/kcp-dev/mount-apiserver/test/integration/framework"
+)
+
+// writeLoad creates Mounts from workers goroutines until stopped, each create bounded by its
+// own timeout, and remembers which ones the server acknowledged.
+type writeLoad struct {
+	mu     sync.Mutex
+	acked  []string
+	failed int
+	errs   map[string]int // first line of each distinct error, counted
+
+	stop func()
+	done sync.WaitGroup
+}
+
+func startWriteLoad(client clientset.Interface, prefix string, workers int) *writeLoad {
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &writeLoad{errs: map[string]int{}, stop: cancel}
+	for w := range workers {
+		l.done.Add(1)
+		go func() {
+			defer l.done.Done()
+			for i := 0; ctx.Err() == nil; i++ {
+				name := fmt.Sprintf("%s-%d-%05d", prefix, w, i)
+				rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				_, err := client.MountsV1alpha1().Mounts().Create(rctx, urlMount(name), metav1.CreateOptions{})
+				cancel()
+				l.mu.Lock()
+				if err == nil {
+					l.acked = append(l.acked, name)
+				} else if ctx.Err() == nil {
+					l.failed++
+					l.errs[strings.SplitN(err.Error(), "\n", 2)[0]]++
+				}
+				l.mu.Unlock()
+				if err != nil {
+					// A server without etcd answers at once; do not spin.
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	return l
+}
+
+// ackedCount is how many creates were acknowledged so far.
+func (l *writeLoad) ackedCount() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.acked)
+}
+
+// waitAcked waits until n more creates than now are acknowledged.
+func (l *writeLoad) waitAcked(t *testing.T, n int, timeout time.Duration) {
+	t.Helper()
+	want := l.ackedCount() + n
+	if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		return l.ackedCount() >= want, nil
+	}); err != nil {
+		t.Fatalf("%d acknowledged creates, want %d within %v", l.ackedCount(), want, timeout)
+	}
+}
+
+// finish stops the load and returns the acknowledged names.
+func (l *writeLoad) finish() []string {
+	l.stop()
+	l.done.Wait()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.acked
+}
+
+// readyz returns the status code and body of /readyz?verbose.
+func readyz(ctx context.Context, client *http.Client, url string) (int, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/readyz?verbose", nil)
+	if err != nil {
+		return 0, "", err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body), err
+}
+
+// TestEtcdKilledUnderWriteLoad SIGKILLs the server's external etcd (the real etcd binary, its
+// own process) while Mounts are being created, and starts it again on the same data and port:
+// /readyz names etcd while it is down, the server comes back by itself, and every create it
+// acknowledged, before, during or after the outage, is there.
+func TestEtcdKilledUnderWriteLoad(t *testing.T) {
+	ctx := context.Background()
+	etcd := framework.StartEtcdProcess(t, t.TempDir())
+	p := framework.BuildBinary(t).Start(t, t.TempDir(), "--etcd-servers="+etcd.ClientURL, "--status-controller=false")
+	httpClient, err := rest.HTTPClientFor(p.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	load := startWriteLoad(p.Client, "m", 8)
+	defer load.finish()
+	load.waitAcked(t, 100, 30*time.Second)
+
+	etcd.Kill()
+	killed := time.Now()
+	ackedAtKill := load.ackedCount()
+	var body string
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		code, b, err := readyz(ctx, httpClient, p.URL)
+		body = b
+		return err == nil && code != http.StatusOK, nil
+	}); err != nil {
+		t.Fatalf("/readyz still passes with etcd killed: %s", body)
+	}
+	notReady := time.Since(killed)
+	if !strings.Contains(body, "[-]etcd") {
+		t.Errorf("/readyz fails without naming etcd:\n%s", body)
+	}
+	t.Logf("/readyz failed %v after etcd was killed:\n%s", notReady.Round(time.Millisecond), grepLines(body, "[-]"))
+
+	// Down a while longer, as a real outage is, under the same load.
+	time.Sleep(2 * time.Second)
+	ackedDuringOutage := load.ackedCount() - ackedAtKill
+
+	restarted := time.Now()
+	if err := etcd.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		code, b, err := readyz(ctx, httpClient, p.URL)
+		body = b
+		return err == nil && code == http.StatusOK, nil
+	}); err != nil {
+		t.Fatalf("/readyz did not pass again within a minute of etcd's restart:\n%s", body)
+	}
+	ready := time.Since(restarted)
+	beforeWrites := load.ackedCount()
+	load.waitAcked(t, 100, 60*time.Second)
+	t.Logf("etcd down %v; /readyz passed %v after etcd's restart; %d creates acknowledged while down (in flight at the kill), %d after",
+		restarted.Sub(killed).Round(time.Millisecond), ready.Round(time.Millisecond), ackedDuringOutage, load.ackedCount()-beforeWrites)
+
+	acked := load.finish()
+	load.mu.Lock()
+	t.Logf("%d creates acknowledged, %d refused; errors: %v", len(acked), load.failed, load.errs)
+	load.mu.Unlock()
+	if load.failed == 0 {
+		t.Error("no create failed while etcd was down: was it?")
+	}
+	list, err := p.Client.MountsV1alpha1().Mounts().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := map[string]bool{}
+	for _, m := range list.Items {
+		stored[m.Name] = true
+	}
+	var lost []string
+	for _, name := range acked {
+		if !stored[name] {
+			lost = append(lost, name)
+		}
+	}
+	if len(lost) > 0 {
+		t.Errorf("%d of %d acknowledged Mounts lost: %v", len(lost), len(acked), lost)
+	}
+	// The stored ones beyond those acknowledged were written but answered too late (or after the
+	// load stopped): a create that fails is not known to be lost.
+	t.Logf("%d Mounts stored, %d acknowledged", len(stored), len(acked))
+}
+
+// grepLines returns the lines of s that contain substr.
+func grepLines(s, substr string) string {
+	var out []string
+	for _, line := range strings.Split(s, "\n") {
+		if strings.Contains(line, substr) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
+}
