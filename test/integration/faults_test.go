@@ -7,13 +7,19 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
+	"github.com/kcp-dev/mount-apiserver/pkg/cmd/server/options"
 	clientset "github.com/kcp-dev/mount-apiserver/pkg/generated/clientset/versioned"
 	"github.com/kcp-dev/mount-apiserver/test/integration/framework"
 )
@@ -246,5 +252,116 @@ func TestSIGKILLDuringConcurrentWrites(t *testing.T) {
 	t.Logf("%d Mounts stored, %d acknowledged", len(stored), len(acked))
 	if _, err := second.Client.MountsV1alpha1().Mounts().Create(ctx, urlMount("after-restart"), metav1.CreateOptions{}); err != nil {
 		t.Errorf("create after the restart: %v", err)
+	}
+}
+
+// TestFlappingTarget: a mount's target goes down (its /readyz answers 503) and up again,
+// first slowly enough for the status controller to see each state, then every 300 ms. The
+// status follows each slow transition with at most a few writes, and the fast flapping costs
+// writes bounded by the probe interval, not by the flaps: no storm. Writes are counted as the
+// watch's MODIFIED events of the Mount (a write that changes nothing is no event, and no write
+// to etcd either).
+func TestFlappingTarget(t *testing.T) {
+	ctx := context.Background()
+	const interval = time.Second
+	s := framework.StartInProcess(t, "", func(o *options.Options) { o.StatusProbeInterval = interval })
+	var down atomic.Bool
+	target, err := framework.StartRecordingServer("127.0.0.1:0", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(target.Close)
+	target.Handler = func(w http.ResponseWriter, _ *http.Request) {
+		if down.Load() {
+			http.Error(w, "flapping", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	}
+	kc, err := target.Kubeconfig("t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, err := kubernetes.NewForConfig(s.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := core.CoreV1().Secrets("clusters").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "flap-kubeconfig"}, Data: map[string][]byte{"kubeconfig": kc}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	mounts := s.Client.MountsV1alpha1().Mounts()
+	created, err := mounts.Create(ctx, urlMount("flap"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := mounts.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=flap", ResourceVersion: created.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	var mu sync.Mutex
+	var writes int
+	var phase v1alpha1.MountPhase
+	go func() {
+		for ev := range w.ResultChan() {
+			if m, ok := ev.Object.(*v1alpha1.Mount); ok && ev.Type == watch.Modified {
+				mu.Lock()
+				writes++
+				phase = m.Status.Phase
+				mu.Unlock()
+			}
+		}
+	}()
+	count := func() (int, v1alpha1.MountPhase) {
+		mu.Lock()
+		defer mu.Unlock()
+		return writes, phase
+	}
+	follow := func(ready bool) time.Duration {
+		t.Helper()
+		start := time.Now()
+		if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+			_, p := count()
+			return (p == v1alpha1.MountPhaseReady) == ready && p != "", nil
+		}); err != nil {
+			_, p := count()
+			t.Fatalf("status did not follow the target (ready %v) within a minute: phase %q", ready, p)
+		}
+		return time.Since(start)
+	}
+	follow(true)
+
+	// Slow flaps: each state holds until the status shows it, and three probe intervals more.
+	const transitions = 4
+	for i := range transitions {
+		down.Store(i%2 == 0)
+		before, _ := count()
+		took := follow(!down.Load())
+		time.Sleep(3 * interval)
+		after, p := count()
+		t.Logf("transition %d (down %v): status %s after %v, %d writes", i+1, down.Load(), p, took.Round(time.Millisecond), after-before)
+		if after-before > 3 {
+			t.Errorf("transition %d: %d status writes, want at most 3", i+1, after-before)
+		}
+	}
+
+	// Fast flaps: far more changes than probes.
+	const flapFor = 6 * time.Second
+	before, _ := count()
+	flaps := 0
+	for start := time.Now(); time.Since(start) < flapFor; flaps++ {
+		down.Store(!down.Load())
+		time.Sleep(300 * time.Millisecond)
+	}
+	down.Store(false)
+	settle := follow(true)
+	time.Sleep(3 * interval)
+	after, _ := count()
+	elapsed := flapFor + settle + 3*interval
+	// At most a change of phase per probe, and one for settling.
+	bound := int(elapsed/interval) + 2
+	t.Logf("%d flaps in %v: %d status writes (bound %d), Ready again %v after", flaps, flapFor, after-before, bound, settle.Round(time.Millisecond))
+	if after-before > bound {
+		t.Errorf("%d status writes while the target flapped %d times in %v, want at most %d", after-before, flaps, flapFor, bound)
 	}
 }
