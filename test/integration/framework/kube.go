@@ -176,6 +176,9 @@ func StartKubeAPIServer(ctx context.Context, dir string) (_ *KubeAPIServer, err 
 		"--kubelet-client-key=" + f("kubelet-client.key"),
 		"--kubelet-preferred-address-types=InternalIP",
 		"--cert-dir=" + f("certs"),
+		// Stop (and Restart) end watches at once instead of waiting for them, as
+		// mount-apiserver does; without it a SIGTERM with watches open ran into the SIGKILL.
+		"--shutdown-watch-termination-grace-period=2s",
 		"--v=1",
 	}
 	k.bin, k.args = filepath.Join(bin, "kube-apiserver"), args
