@@ -331,13 +331,13 @@ func TestFlappingTarget(t *testing.T) {
 	}
 	follow(true)
 
-	// Slow flaps: each state holds until the status shows it, and three probe intervals more.
+	// Slow flaps: each state holds until the status shows it, and two probe intervals more.
 	const transitions = 4
 	for i := range transitions {
 		down.Store(i%2 == 0)
 		before, _ := count()
 		took := follow(!down.Load())
-		time.Sleep(3 * interval)
+		time.Sleep(2 * interval)
 		after, p := count()
 		t.Logf("transition %d (down %v): status %s after %v, %d writes", i+1, down.Load(), p, took.Round(time.Millisecond), after-before)
 		if after-before > 3 {

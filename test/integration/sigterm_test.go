@@ -241,7 +241,9 @@ func TestSIGTERMDuringLongRunning(t *testing.T) {
 			if s.name != "exec" && err != nil {
 				t.Errorf("kubectl %s did not end cleanly: %v", s.name, err)
 			}
-			if !s.at.Before(start.Add(exited + time.Second)) {
+			// Ended by the server, not by a timeout of kubectl's: an exec's tunnel ends
+			// when the process's connections close, a moment after the exit.
+			if !s.at.Before(start.Add(exited + 5*time.Second)) {
 				t.Errorf("kubectl %s ended only %v after the server's exit", s.name, s.at.Sub(start)-exited)
 			}
 		case <-time.After(shutdownBound):
