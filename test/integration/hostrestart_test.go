@@ -25,7 +25,8 @@ import (
 // mount-apiserver: callers new to it are authenticated (TokenReview) and authorized
 // (SubjectAccessReview) by the host again, directly and through the aggregator; a change to a
 // Secret it already watched reaches the status controller, and so does a new Secret; and the
-// status controller's Lease is renewed again.
+// status controller's Lease is renewed again. A second restart keeps the host down longer than
+// the Lease's renew deadline: the replica loses the Lease and takes it again by itself.
 //
 // The mounts' target is the host itself (its admin's client certificate), so that the test
 // needs no second kube-apiserver; the target is down during the restart too.
@@ -133,6 +134,30 @@ func TestHostRestart(t *testing.T) {
 	log := readLog(t, proc)
 	t.Logf("Lease renewed by %s (before: %s); the server logged %q %d times and %q %d times",
 		ptr.Deref(lease.Spec.HolderIdentity, ""), holder, "Stopped leading", strings.Count(log, "Stopped leading"), "Leading", strings.Count(log, `"Leading"`))
+
+	// An outage longer than the Lease's renew deadline (10 s): the replica loses the Lease,
+	// campaigns again by itself, and its status controller works again.
+	stoppedLeading := strings.Count(log, "Stopped leading")
+	stopped, readyAgain, err = host.RestartAfter(ctx, 12*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	restarted = time.Now()
+	t.Logf("host kube-apiserver took %v to stop and %v to be ready again (12 s down)", stopped.Round(time.Millisecond), readyAgain.Round(time.Millisecond))
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		lease, err = leases.Get(ctx, "mount-apiserver-status", metav1.GetOptions{})
+		return err == nil && lease.Spec.RenewTime != nil && lease.Spec.RenewTime.After(restarted), nil
+	}); err != nil {
+		t.Fatalf("the status controller's Lease was not renewed after the long outage: %+v", lease.Spec)
+	}
+	t.Logf("Lease held again %v after the host was ready", time.Since(restarted).Round(time.Millisecond))
+	if log = readLog(t, proc); strings.Count(log, "Stopped leading") == stoppedLeading {
+		t.Errorf("the replica did not lose the Lease in an outage longer than its renew deadline")
+	}
+	changed = time.Now()
+	leakMust(t, leakErr(secrets.Update(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "after"}, Data: map[string][]byte{"kubeconfig": refused}}, metav1.UpdateOptions{})))
+	leakWaitMount(ctx, t, admin, "after", func(m *v1alpha1.Mount) bool { return !ready(m) })
+	t.Logf("after the long outage, a changed Secret reached the status controller in %v", time.Since(changed).Round(time.Millisecond))
 
 	select {
 	case <-proc.Exited():

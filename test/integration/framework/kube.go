@@ -231,9 +231,20 @@ func (k *KubeAPIServer) startProcess() error {
 // same port, certificates and etcd, and waits until it is ready. It returns how long the
 // server took to stop and then to be ready again.
 func (k *KubeAPIServer) Restart(ctx context.Context) (stopped, ready time.Duration, err error) {
+	return k.RestartAfter(ctx, 0)
+}
+
+// RestartAfter is Restart with the server kept down for pause before it starts again, an
+// outage longer than its clients' leases or timeouts. ready includes the pause.
+func (k *KubeAPIServer) RestartAfter(ctx context.Context, pause time.Duration) (stopped, ready time.Duration, err error) {
 	start := time.Now()
 	k.stopProcess()
 	stopped = time.Since(start)
+	select {
+	case <-time.After(pause):
+	case <-ctx.Done():
+		return 0, 0, ctx.Err()
+	}
 	if err := k.startProcess(); err != nil {
 		return 0, 0, err
 	}
