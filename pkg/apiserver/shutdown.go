@@ -6,13 +6,16 @@ import (
 
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	genericapiserver "k8s.io/apiserver/pkg/server"
+
+	"github.com/kcp-dev/mount-apiserver/pkg/proxy"
 )
 
 // endLongRunningOnDrain wraps a handler chain builder so that long-running requests end once
 // the server, shutting down, has drained its other requests and its watches. The generic
 // server ends its own watches, but not long-running requests it does not know, above all the
 // proxied ones (watches, logs -f): each of them held http.Server.Shutdown for its whole
-// timeout (--request-timeout, 60 s) and the process with it.
+// timeout (--request-timeout, 60 s) and the process with it. The cause tells the proxy that
+// the stream ends because the server stops, so it ends the response as finished.
 func endLongRunningOnDrain(build func(http.Handler, *genericapiserver.Config) http.Handler) func(http.Handler, *genericapiserver.Config) http.Handler {
 	return func(apiHandler http.Handler, c *genericapiserver.Config) http.Handler {
 		drained, longRunning := c.DrainedNotify(), c.LongRunningFunc
@@ -23,12 +26,12 @@ func endLongRunningOnDrain(build func(http.Handler, *genericapiserver.Config) ht
 				apiHandler.ServeHTTP(w, r)
 				return
 			}
-			ctx, cancel := context.WithCancel(r.Context())
-			defer cancel()
+			ctx, cancel := context.WithCancelCause(r.Context())
+			defer cancel(nil)
 			go func() {
 				select {
 				case <-drained:
-					cancel()
+					cancel(proxy.ErrShuttingDown)
 				case <-ctx.Done():
 				}
 			}()

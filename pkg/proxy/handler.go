@@ -340,7 +340,8 @@ func (h *requestHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			return
 		}
 	}
-	if h.requestTimeout > 0 && !IsLongRunning(req, h.innerPath) {
+	longRunning := IsLongRunning(req, h.innerPath)
+	if h.requestTimeout > 0 && !longRunning {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, h.requestTimeout)
 		defer cancel()
@@ -354,7 +355,7 @@ func (h *requestHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	location := *h.location
 	location.RawQuery = req.URL.RawQuery
 	if !upgrade {
-		h.servePlain(w, out, h.target.PlainRoundTripper(out.Header, h.imp), location)
+		h.servePlain(w, out, h.target.PlainRoundTripper(out.Header, h.imp), location, longRunning)
 		return
 	}
 	rt, upgradeRT := h.target.RoundTrippers(h.imp)

@@ -1,6 +1,9 @@
 package proxy
 
 import (
+	"context"
+	"errors"
+	"io"
 	"log"
 	"net/http"
 	"net/http/httputil"
@@ -44,8 +47,9 @@ func (b *bufferPool) Put(buf []byte) {
 // It does what UpgradeAwareHandler's plain path did (same Director semantics: the target's
 // scheme and host, the joined path, the caller's query, Host of the target, an empty
 // User-Agent if the caller sent none, X-Forwarded-For; flushes every 200 ms; failures as
-// metav1.Status), without a new reverse proxy, logger and buffer per request.
-func (h *requestHandler) servePlain(w http.ResponseWriter, out *http.Request, rt http.RoundTripper, location url.URL) {
+// metav1.Status), without a new reverse proxy, logger and buffer per request. A streaming
+// (long-running) response ends as a finished one when the server shuts down.
+func (h *requestHandler) servePlain(w http.ResponseWriter, out *http.Request, rt http.RoundTripper, location url.URL, streaming bool) {
 	if !strings.HasSuffix(location.Path, "/") && strings.HasSuffix(out.URL.Path, "/") {
 		location.Path += "/"
 	}
@@ -64,7 +68,34 @@ func (h *requestHandler) servePlain(w http.ResponseWriter, out *http.Request, rt
 		ErrorLog:      h.target.errorLog,
 		ErrorHandler:  responder{mount: h.mount.Name, target: h.target.Base.Host}.Error,
 	}
+	if streaming {
+		proxy.ModifyResponse = func(res *http.Response) error {
+			res.Body = endOnShutdown{ReadCloser: res.Body, ctx: out.Context()}
+			return nil
+		}
+	}
 	proxy.ServeHTTP(w, out)
+}
+
+// ErrShuttingDown is the cause with which a stopping server cancels the long-running requests
+// still open once it has drained the others.
+var ErrShuttingDown = errors.New("the server is shutting down")
+
+// endOnShutdown ends a streamed body as finished when its request was cancelled because the
+// server shuts down, as kube-apiserver ends its own watches and logs: the caller (kubectl logs
+// -f, a reflector) sees the stream end, not a failure. Otherwise the reverse proxy aborts the
+// response, which HTTP/2 callers get as INTERNAL_ERROR.
+type endOnShutdown struct {
+	io.ReadCloser
+	ctx context.Context
+}
+
+func (b endOnShutdown) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF && errors.Is(context.Cause(b.ctx), ErrShuttingDown) {
+		err = io.EOF
+	}
+	return n, err
 }
 
 // newErrorLog is the reverse proxy's log of failures it has no one to tell (a response body

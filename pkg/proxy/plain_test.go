@@ -1,9 +1,13 @@
 package proxy
 
 import (
+	"context"
+	"errors"
+	"io"
 	"net/http"
 	"reflect"
 	"testing"
+	"testing/iotest"
 
 	"k8s.io/client-go/transport"
 )
@@ -72,4 +76,31 @@ func everyByte() map[string][]string {
 		extra["k"+string([]byte{byte(c)})+"x"] = []string{"v"}
 	}
 	return extra
+}
+
+// TestEndOnShutdown: a streamed body cut because the server shuts down ends as finished; cut
+// for any other reason (the caller went away, the target failed), it stays an error.
+func TestEndOnShutdown(t *testing.T) {
+	cut := errors.New("read on closed body")
+	for _, tc := range []struct {
+		name  string
+		cause error
+		want  error
+	}{
+		{"shutting down", ErrShuttingDown, io.EOF},
+		{"caller gone", context.Canceled, cut},
+		{"not cancelled", nil, cut},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancelCause(context.Background())
+			if tc.cause != nil {
+				cancel(tc.cause)
+			}
+			defer cancel(nil)
+			body := endOnShutdown{ReadCloser: io.NopCloser(iotest.ErrReader(cut)), ctx: ctx}
+			if _, err := body.Read(make([]byte, 8)); !errors.Is(err, tc.want) {
+				t.Errorf("Read: %v, want %v", err, tc.want)
+			}
+		})
+	}
 }

@@ -74,6 +74,8 @@ type KubeAPIServer struct {
 	ClientCA     *pki.CA
 	FrontProxyCA *pki.CA
 
+	bin     string
+	args    []string
 	cmd     *exec.Cmd
 	exited  chan struct{}
 	etcd    *embeddedetcd.Server
@@ -174,26 +176,15 @@ func StartKubeAPIServer(ctx context.Context, dir string) (_ *KubeAPIServer, err 
 		"--kubelet-client-key=" + f("kubelet-client.key"),
 		"--kubelet-preferred-address-types=InternalIP",
 		"--cert-dir=" + f("certs"),
+		// Stop (and Restart) end watches at once instead of waiting for them, as
+		// mount-apiserver does; without it a SIGTERM with watches open ran into the SIGKILL.
+		"--shutdown-watch-termination-grace-period=2s",
 		"--v=1",
 	}
-	logFile, err := os.Create(k.logPath)
-	if err != nil {
+	k.bin, k.args = filepath.Join(bin, "kube-apiserver"), args
+	if err := k.startProcess(); err != nil {
 		return nil, err
 	}
-	k.cmd = exec.Command(filepath.Join(bin, "kube-apiserver"), args...)
-	k.cmd.Stdout, k.cmd.Stderr = logFile, logFile
-	// Die with the test process, even when it is killed.
-	k.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := k.cmd.Start(); err != nil {
-		logFile.Close()
-		return nil, fmt.Errorf("starting kube-apiserver: %w", err)
-	}
-	k.exited = make(chan struct{})
-	go func() {
-		_ = k.cmd.Wait()
-		logFile.Close()
-		close(k.exited)
-	}()
 
 	k.URL = "https://127.0.0.1:" + strconv.Itoa(port)
 	if k.AdminConfig, err = k.UserConfig("kube-admin", "system:masters"); err != nil {
@@ -209,6 +200,58 @@ func StartKubeAPIServer(ctx context.Context, dir string) (_ *KubeAPIServer, err 
 		return nil, err
 	}
 	return k, nil
+}
+
+// startProcess starts kube-apiserver with its arguments, its output appended to its log.
+func (k *KubeAPIServer) startProcess() error {
+	logFile, err := os.OpenFile(k.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	k.cmd = exec.Command(k.bin, k.args...)
+	k.cmd.Stdout, k.cmd.Stderr = logFile, logFile
+	// Die with the test process, even when it is killed.
+	k.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := k.cmd.Start(); err != nil {
+		logFile.Close()
+		return fmt.Errorf("starting kube-apiserver: %w", err)
+	}
+	exited := make(chan struct{})
+	k.exited = exited
+	cmd := k.cmd
+	go func() {
+		_ = cmd.Wait()
+		logFile.Close()
+		close(exited)
+	}()
+	return nil
+}
+
+// Restart stops kube-apiserver (SIGTERM, as a rolling update does) and starts it again on the
+// same port, certificates and etcd, and waits until it is ready. It returns how long the
+// server took to stop and then to be ready again.
+func (k *KubeAPIServer) Restart(ctx context.Context) (stopped, ready time.Duration, err error) {
+	return k.RestartAfter(ctx, 0)
+}
+
+// RestartAfter is Restart with the server kept down for pause before it starts again, an
+// outage longer than its clients' leases or timeouts. ready includes the pause.
+func (k *KubeAPIServer) RestartAfter(ctx context.Context, pause time.Duration) (stopped, ready time.Duration, err error) {
+	start := time.Now()
+	k.stopProcess()
+	stopped = time.Since(start)
+	select {
+	case <-time.After(pause):
+	case <-ctx.Done():
+		return 0, 0, ctx.Err()
+	}
+	if err := k.startProcess(); err != nil {
+		return 0, 0, err
+	}
+	if err := k.waitReady(ctx); err != nil {
+		return 0, 0, err
+	}
+	return stopped, time.Since(start) - stopped, nil
 }
 
 func (k *KubeAPIServer) waitReady(ctx context.Context) error {
@@ -275,6 +318,12 @@ func (k *KubeAPIServer) Log() string {
 
 // Stop stops kube-apiserver and its etcd.
 func (k *KubeAPIServer) Stop() {
+	k.stopProcess()
+	k.etcd.Close()
+}
+
+// stopProcess stops kube-apiserver, SIGKILL after 15 s.
+func (k *KubeAPIServer) stopProcess() {
 	if k.cmd != nil && k.cmd.Process != nil {
 		_ = k.cmd.Process.Signal(syscall.SIGTERM)
 		select {
@@ -284,7 +333,6 @@ func (k *KubeAPIServer) Stop() {
 			<-k.exited
 		}
 	}
-	k.etcd.Close()
 }
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
