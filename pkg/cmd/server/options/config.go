@@ -165,9 +165,9 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 		cfg.Extra.Status.BaseURL = o.serverURL(generic.SecureServing.Listener.Addr())
 	}
 	if o.KcpMode && o.Kcp.APIExportURL != "" && o.Kcp.UnboundGCInterval > 0 {
-		kcpConfig, err := clientcmd.BuildConfigFromFlags("", o.Kcp.Kubeconfig)
+		kcpConfig, err := o.kcpConfig()
 		if err != nil {
-			return nil, fmt.Errorf("loading --kcp-kubeconfig %s: %w", o.Kcp.Kubeconfig, err)
+			return nil, err
 		}
 		bindings, err := kcp.NewAPIExportBindings(kcpConfig, o.Kcp.APIExportURL)
 		if err != nil {

@@ -19,7 +19,6 @@ import (
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/authorization"
 	"github.com/kcp-dev/mount-apiserver/pkg/clusters"
@@ -169,8 +168,8 @@ func (o CompletedOptions) applyKcp(generic *genericapiserver.Config, secrets kub
 	var kcpConfig *rest.Config
 	if k.Kubeconfig != "" {
 		var err error
-		if kcpConfig, err = clientcmd.BuildConfigFromFlags("", k.Kubeconfig); err != nil {
-			return nil, nil, fmt.Errorf("loading --kcp-kubeconfig %s: %w", k.Kubeconfig, err)
+		if kcpConfig, err = o.kcpConfig(); err != nil {
+			return nil, nil, err
 		}
 		kcpClients, err := kcp.NewClusterClients(kcpConfig)
 		if err != nil {
