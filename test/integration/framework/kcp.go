@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -633,10 +634,16 @@ func (k *Kcp) serveOpenAPIIndex(w http.ResponseWriter, req *http.Request, ws *Kc
 
 // identityHeaders are what the shard adds about the caller: nothing in v0.32.3.
 func (k *Kcp) identityHeaders(u KcpUser) http.Header {
-	h := http.Header{}
 	if k.Version != KcpMain {
-		return h
+		return http.Header{}
 	}
+	return remoteHeaders(u)
+}
+
+// remoteHeaders name u as kcp names callers to backends: X-Remote-User, -Group (with
+// system:authenticated) and -Extra-*.
+func remoteHeaders(u KcpUser) http.Header {
+	h := http.Header{}
 	h.Set("X-Remote-User", u.Name)
 	for _, g := range u.Groups {
 		h.Add("X-Remote-Group", g)
@@ -661,9 +668,7 @@ func (k *Kcp) forwardToMounts(w http.ResponseWriter, req *http.Request, path str
 	}
 	k.reverseProxy(w, req, base, path, "", client.Transport, func(h http.Header) {
 		stripCaller(h)
-		for key, v := range k.identityHeaders(u) {
-			h[key] = v
-		}
+		maps.Copy(h, k.identityHeaders(u))
 	})
 }
 
@@ -803,10 +808,7 @@ func (k *Kcp) serveMounted(w http.ResponseWriter, req *http.Request, ws *KcpWork
 		// X-Remote-*, the caller's credentials stripped.
 		k.reverseProxy(w, req, base, target.Path, "", fp.Transport, func(h http.Header) {
 			stripCaller(h)
-			h.Set("X-Remote-User", u.Name)
-			for _, g := range append(slices.Clone(u.Groups), "system:authenticated") {
-				h.Add("X-Remote-Group", g)
-			}
+			maps.Copy(h, remoteHeaders(u))
 		})
 	case target.Host == own.Host:
 		// Standalone kcp sends the request on unchanged; its own path authenticates it.
@@ -835,10 +837,7 @@ func (k *Kcp) serveMapping(w http.ResponseWriter, req *http.Request) {
 	}
 	k.reverseProxy(w, req, base, req.URL.Path, req.URL.RawPath, fp.Transport, func(h http.Header) {
 		stripCaller(h)
-		h.Set("X-Remote-User", u.Name)
-		for _, g := range append(slices.Clone(u.Groups), "system:authenticated") {
-			h.Add("X-Remote-Group", g)
-		}
+		maps.Copy(h, remoteHeaders(u))
 	})
 }
 
