@@ -57,6 +57,45 @@ type MountSpec struct {
 	Identity MountIdentity
 	CABundle []byte
 	Timeouts *MountTimeouts
+	Tunnel   *MountTunnel
+	Rewrites *MountRewrites
+}
+
+// TunnelCredentials says whose credentials reach a target through a tunnel.
+type TunnelCredentials string
+
+const (
+	// TunnelCredentialsServer: the server holds the target's kubeconfig (spec.ref) and speaks
+	// TLS end to end through the tunnel; the agent only carries bytes.
+	TunnelCredentialsServer TunnelCredentials = "Server"
+	// TunnelCredentialsAgent: the agent authenticates to its cluster with its own credentials;
+	// the server holds none and sends only the caller's impersonation.
+	TunnelCredentialsAgent TunnelCredentials = "Agent"
+)
+
+// MountTunnel says that the target is reached through an agent's reverse tunnel.
+type MountTunnel struct {
+	Credentials TunnelCredentials
+}
+
+// MountRewrites renames a target's APIs as the mount presents them.
+type MountRewrites struct {
+	Groups              []GroupRewrite
+	MetadataKeyPrefixes []PrefixRewrite
+}
+
+// GroupRewrite presents the target's API group Target as Presented, one to one.
+type GroupRewrite struct {
+	Presented  string
+	Target     string
+	KindPrefix string
+}
+
+// PrefixRewrite presents metadata keys (labels, annotations, finalizers) starting with Target
+// as starting with Presented.
+type PrefixRewrite struct {
+	Presented string
+	Target    string
 }
 
 // ObjectReference names the object that backs a Mount: a Secret for URL mounts, a kcp

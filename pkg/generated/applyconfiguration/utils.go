@@ -32,18 +32,26 @@ import (
 func ForKind(kind schema.GroupVersionKind) interface{} {
 	switch kind {
 	// Group=mounts.kcp.io, Version=v1alpha1
+	case v1alpha1.SchemeGroupVersion.WithKind("GroupRewrite"):
+		return &mountsv1alpha1.GroupRewriteApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("Mount"):
 		return &mountsv1alpha1.MountApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("MountIdentity"):
 		return &mountsv1alpha1.MountIdentityApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("MountRewrites"):
+		return &mountsv1alpha1.MountRewritesApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("MountSpec"):
 		return &mountsv1alpha1.MountSpecApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("MountStatus"):
 		return &mountsv1alpha1.MountStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("MountTimeouts"):
 		return &mountsv1alpha1.MountTimeoutsApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("MountTunnel"):
+		return &mountsv1alpha1.MountTunnelApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ObjectReference"):
 		return &mountsv1alpha1.ObjectReferenceApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("PrefixRewrite"):
+		return &mountsv1alpha1.PrefixRewriteApplyConfiguration{}
 
 	}
 	return nil

@@ -34,14 +34,18 @@ import (
 
 func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenAPIDefinition {
 	return map[string]common.OpenAPIDefinition{
+		v1alpha1.GroupRewrite{}.OpenAPIModelName():                 schema_pkg_apis_mounts_v1alpha1_GroupRewrite(ref),
 		v1alpha1.Mount{}.OpenAPIModelName():                        schema_pkg_apis_mounts_v1alpha1_Mount(ref),
 		v1alpha1.MountIdentity{}.OpenAPIModelName():                schema_pkg_apis_mounts_v1alpha1_MountIdentity(ref),
 		v1alpha1.MountList{}.OpenAPIModelName():                    schema_pkg_apis_mounts_v1alpha1_MountList(ref),
 		v1alpha1.MountProxyOptions{}.OpenAPIModelName():            schema_pkg_apis_mounts_v1alpha1_MountProxyOptions(ref),
+		v1alpha1.MountRewrites{}.OpenAPIModelName():                schema_pkg_apis_mounts_v1alpha1_MountRewrites(ref),
 		v1alpha1.MountSpec{}.OpenAPIModelName():                    schema_pkg_apis_mounts_v1alpha1_MountSpec(ref),
 		v1alpha1.MountStatus{}.OpenAPIModelName():                  schema_pkg_apis_mounts_v1alpha1_MountStatus(ref),
 		v1alpha1.MountTimeouts{}.OpenAPIModelName():                schema_pkg_apis_mounts_v1alpha1_MountTimeouts(ref),
+		v1alpha1.MountTunnel{}.OpenAPIModelName():                  schema_pkg_apis_mounts_v1alpha1_MountTunnel(ref),
 		v1alpha1.ObjectReference{}.OpenAPIModelName():              schema_pkg_apis_mounts_v1alpha1_ObjectReference(ref),
+		v1alpha1.PrefixRewrite{}.OpenAPIModelName():                schema_pkg_apis_mounts_v1alpha1_PrefixRewrite(ref),
 		v1.AWSElasticBlockStoreVolumeSource{}.OpenAPIModelName():   schema_k8sio_api_core_v1_AWSElasticBlockStoreVolumeSource(ref),
 		v1.Affinity{}.OpenAPIModelName():                           schema_k8sio_api_core_v1_Affinity(ref),
 		v1.AppArmorProfile{}.OpenAPIModelName():                    schema_k8sio_api_core_v1_AppArmorProfile(ref),
@@ -346,6 +350,43 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 	}
 }
 
+func schema_pkg_apis_mounts_v1alpha1_GroupRewrite(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "GroupRewrite presents the target's API group as another group.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"presented": {
+						SchemaProps: spec.SchemaProps{
+							Description: "presented is the API group that clients of the mount see, e.g. \"kubevirt.io\".",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"target": {
+						SchemaProps: spec.SchemaProps{
+							Description: "target is the API group stored in the target, e.g. \"x.virtualization.deckhouse.io\".",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"kindPrefix": {
+						SchemaProps: spec.SchemaProps{
+							Description: "kindPrefix is put before every kind of the group in the target, e.g. \"Prefixed\" stores VirtualMachine as PrefixedVirtualMachine; resource, singular and short names and the list kind follow it in lower case.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"presented", "target"},
+			},
+		},
+	}
+}
+
 func schema_pkg_apis_mounts_v1alpha1_Mount(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -516,6 +557,63 @@ func schema_pkg_apis_mounts_v1alpha1_MountProxyOptions(ref common.ReferenceCallb
 	}
 }
 
+func schema_pkg_apis_mounts_v1alpha1_MountRewrites(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "MountRewrites renames a target's APIs as the mount presents them.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"groups": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-map-keys": []interface{}{
+									"presented",
+								},
+								"x-kubernetes-list-type": "map",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "groups renames API groups one to one: requests name the presented group and reach the target in the target group; responses come back in the presented group.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.GroupRewrite{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+					"metadataKeyPrefixes": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-map-keys": []interface{}{
+									"presented",
+								},
+								"x-kubernetes-list-type": "map",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "metadataKeyPrefixes renames the prefixes of label, annotation and finalizer keys.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.PrefixRewrite{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.GroupRewrite{}.OpenAPIModelName(), v1alpha1.PrefixRewrite{}.OpenAPIModelName()},
+	}
+}
+
 func schema_pkg_apis_mounts_v1alpha1_MountSpec(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -534,7 +632,7 @@ func schema_pkg_apis_mounts_v1alpha1_MountSpec(ref common.ReferenceCallback) com
 					},
 					"ref": {
 						SchemaProps: spec.SchemaProps{
-							Description: "ref names the object that backs the mount. For type URL: a Secret (apiVersion v1, kind Secret, namespace, name) whose key \"kubeconfig\" holds the target's kubeconfig. For types Workspace and Redirect: a kcp Workspace (apiVersion tenancy.kcp.io/v1alpha1, kind Workspace) named by its logical cluster path, e.g. \"root:org:team\". apiVersion and kind default from type.",
+							Description: "ref names the object that backs the mount. For type URL: a Secret (apiVersion v1, kind Secret, namespace, name) whose key \"kubeconfig\" holds the target's kubeconfig. For types Workspace and Redirect: a kcp Workspace (apiVersion tenancy.kcp.io/v1alpha1, kind Workspace) named by its logical cluster path, e.g. \"root:org:team\". apiVersion and kind default from type. Empty for tunnel mounts with agent credentials, which lend no Secret.",
 							Default:     map[string]interface{}{},
 							Ref:         ref(v1alpha1.ObjectReference{}.OpenAPIModelName()),
 						},
@@ -559,12 +657,23 @@ func schema_pkg_apis_mounts_v1alpha1_MountSpec(ref common.ReferenceCallback) com
 							Ref:         ref(v1alpha1.MountTimeouts{}.OpenAPIModelName()),
 						},
 					},
+					"tunnel": {
+						SchemaProps: spec.SchemaProps{
+							Description: "tunnel says that the target is reached through a reverse tunnel that an agent (mount-agent, next to the target) opens to this server through mounts/<name>/attach, for targets this server cannot dial. Only for type URL.",
+							Ref:         ref(v1alpha1.MountTunnel{}.OpenAPIModelName()),
+						},
+					},
+					"rewrites": {
+						SchemaProps: spec.SchemaProps{
+							Description: "rewrites present the target's APIs under other names: API groups renamed one to one (with an optional kind prefix) and metadata key prefixes renamed, in requests and responses. Only for type URL.",
+							Ref:         ref(v1alpha1.MountRewrites{}.OpenAPIModelName()),
+						},
+					},
 				},
-				Required: []string{"ref"},
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.MountIdentity{}.OpenAPIModelName(), v1alpha1.MountTimeouts{}.OpenAPIModelName(), v1alpha1.ObjectReference{}.OpenAPIModelName()},
+			v1alpha1.MountIdentity{}.OpenAPIModelName(), v1alpha1.MountRewrites{}.OpenAPIModelName(), v1alpha1.MountTimeouts{}.OpenAPIModelName(), v1alpha1.MountTunnel{}.OpenAPIModelName(), v1alpha1.ObjectReference{}.OpenAPIModelName()},
 	}
 }
 
@@ -653,6 +762,28 @@ func schema_pkg_apis_mounts_v1alpha1_MountTimeouts(ref common.ReferenceCallback)
 	}
 }
 
+func schema_pkg_apis_mounts_v1alpha1_MountTunnel(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "MountTunnel says that the target is reached through an agent's reverse tunnel.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"credentials": {
+						SchemaProps: spec.SchemaProps{
+							Description: "credentials is Server (default): spec.ref names the target's kubeconfig Secret and TLS to the target runs end to end through the tunnel; or Agent: the agent's own credentials (its ServiceAccount) reach the target, spec.ref is empty, and every request impersonates its caller.\n\nPossible enum values:\n - `\"Agent\"` : the agent authenticates to its cluster with its own credentials; the server holds no credential of the target and sends only the caller's impersonation.\n - `\"Server\"` : the server holds the target's kubeconfig (spec.ref) and speaks TLS end to end through the tunnel; the agent only carries bytes to its one target.",
+							Default:     "Server",
+							Type:        []string{"string"},
+							Format:      "",
+							Enum:        []interface{}{"Agent", "Server"},
+						},
+					},
+				},
+			},
+		},
+	}
+}
+
 func schema_pkg_apis_mounts_v1alpha1_ObjectReference(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -691,6 +822,36 @@ func schema_pkg_apis_mounts_v1alpha1_ObjectReference(ref common.ReferenceCallbac
 					},
 				},
 				Required: []string{"name"},
+			},
+		},
+	}
+}
+
+func schema_pkg_apis_mounts_v1alpha1_PrefixRewrite(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "PrefixRewrite presents metadata keys that start with target as starting with presented.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"presented": {
+						SchemaProps: spec.SchemaProps{
+							Description: "presented is the key prefix clients see, e.g. \"kubevirt.io/\".",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"target": {
+						SchemaProps: spec.SchemaProps{
+							Description: "target is the key prefix stored in the target, e.g. \"x.virtualization.deckhouse.io/\".",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"presented", "target"},
 			},
 		},
 	}

@@ -19,6 +19,9 @@ func Funcs(_ runtimeserializer.CodecFactory) []interface{} {
 			if s.Identity.Mode == "" {
 				s.Identity.Mode = mounts.IdentityModeImpersonate
 			}
+			if s.Tunnel != nil && s.Tunnel.Credentials == "" {
+				s.Tunnel.Credentials = mounts.TunnelCredentialsServer
+			}
 			switch s.Type {
 			case mounts.MountTypeURL:
 				if s.Ref.Kind == "" {

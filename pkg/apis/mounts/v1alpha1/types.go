@@ -52,6 +52,9 @@ const (
 	ConditionTargetReachable = "TargetReachable"
 	// ConditionReady is True when requests through the mount can succeed.
 	ConditionReady = "Ready"
+	// ConditionAgentConnected is True while an agent holds a tunnel session for a tunnel
+	// mount; its message names the replica and its lastTransitionTime says since when.
+	ConditionAgentConnected = "AgentConnected"
 )
 
 // Well-known references.
@@ -95,7 +98,8 @@ type MountSpec struct {
 	// Secret, namespace, name) whose key "kubeconfig" holds the target's kubeconfig. For types
 	// Workspace and Redirect: a kcp Workspace (apiVersion tenancy.kcp.io/v1alpha1, kind
 	// Workspace) named by its logical cluster path, e.g. "root:org:team". apiVersion and kind
-	// default from type.
+	// default from type. Empty for tunnel mounts with agent credentials, which lend no Secret.
+	// +optional
 	Ref ObjectReference `json:"ref"`
 
 	// identity says under which identity proxied requests reach the target.
@@ -113,6 +117,76 @@ type MountSpec struct {
 	// defaults.
 	// +optional
 	Timeouts *MountTimeouts `json:"timeouts,omitempty"`
+	// tunnel says that the target is reached through a reverse tunnel that an agent
+	// (mount-agent, next to the target) opens to this server through mounts/<name>/attach,
+	// for targets this server cannot dial. Only for type URL.
+	// +optional
+	Tunnel *MountTunnel `json:"tunnel,omitempty"`
+	// rewrites present the target's APIs under other names: API groups renamed one to one
+	// (with an optional kind prefix) and metadata key prefixes renamed, in requests and
+	// responses. Only for type URL.
+	// +optional
+	Rewrites *MountRewrites `json:"rewrites,omitempty"`
+}
+
+// TunnelCredentials says whose credentials reach a target through a tunnel.
+// +enum
+type TunnelCredentials string
+
+const (
+	// TunnelCredentialsServer: the server holds the target's kubeconfig (spec.ref) and speaks
+	// TLS end to end through the tunnel; the agent only carries bytes to its one target.
+	TunnelCredentialsServer TunnelCredentials = "Server"
+	// TunnelCredentialsAgent: the agent authenticates to its cluster with its own credentials;
+	// the server holds no credential of the target and sends only the caller's impersonation.
+	TunnelCredentialsAgent TunnelCredentials = "Agent"
+)
+
+// MountTunnel says that the target is reached through an agent's reverse tunnel.
+type MountTunnel struct {
+	// credentials is Server (default): spec.ref names the target's kubeconfig Secret and TLS to
+	// the target runs end to end through the tunnel; or Agent: the agent's own credentials
+	// (its ServiceAccount) reach the target, spec.ref is empty, and every request impersonates
+	// its caller.
+	// +optional
+	// +default="Server"
+	Credentials TunnelCredentials `json:"credentials,omitempty"`
+}
+
+// MountRewrites renames a target's APIs as the mount presents them.
+type MountRewrites struct {
+	// groups renames API groups one to one: requests name the presented group and reach the
+	// target in the target group; responses come back in the presented group.
+	// +optional
+	// +listType=map
+	// +listMapKey=presented
+	Groups []GroupRewrite `json:"groups,omitempty"`
+	// metadataKeyPrefixes renames the prefixes of label, annotation and finalizer keys.
+	// +optional
+	// +listType=map
+	// +listMapKey=presented
+	MetadataKeyPrefixes []PrefixRewrite `json:"metadataKeyPrefixes,omitempty"`
+}
+
+// GroupRewrite presents the target's API group as another group.
+type GroupRewrite struct {
+	// presented is the API group that clients of the mount see, e.g. "kubevirt.io".
+	Presented string `json:"presented"`
+	// target is the API group stored in the target, e.g. "x.virtualization.deckhouse.io".
+	Target string `json:"target"`
+	// kindPrefix is put before every kind of the group in the target, e.g. "Prefixed" stores
+	// VirtualMachine as PrefixedVirtualMachine; resource, singular and short names and the list
+	// kind follow it in lower case.
+	// +optional
+	KindPrefix string `json:"kindPrefix,omitempty"`
+}
+
+// PrefixRewrite presents metadata keys that start with target as starting with presented.
+type PrefixRewrite struct {
+	// presented is the key prefix clients see, e.g. "kubevirt.io/".
+	Presented string `json:"presented"`
+	// target is the key prefix stored in the target, e.g. "x.virtualization.deckhouse.io/".
+	Target string `json:"target"`
 }
 
 // ObjectReference names the object that backs a Mount. It is granular, not atomic, for

@@ -42,6 +42,11 @@ func SetObjectDefaults_Mount(in *Mount) {
 	if in.Spec.Identity.Mode == "" {
 		in.Spec.Identity.Mode = "Impersonate"
 	}
+	if in.Spec.Tunnel != nil {
+		if in.Spec.Tunnel.Credentials == "" {
+			in.Spec.Tunnel.Credentials = "Server"
+		}
+	}
 }
 
 func SetObjectDefaults_MountList(in *MountList) {

@@ -22,6 +22,11 @@ limitations under the License.
 package v1alpha1
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in GroupRewrite) OpenAPIModelName() string {
+	return "io.kcp.mounts.v1alpha1.GroupRewrite"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in Mount) OpenAPIModelName() string {
 	return "io.kcp.mounts.v1alpha1.Mount"
 }
@@ -42,6 +47,11 @@ func (in MountProxyOptions) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in MountRewrites) OpenAPIModelName() string {
+	return "io.kcp.mounts.v1alpha1.MountRewrites"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in MountSpec) OpenAPIModelName() string {
 	return "io.kcp.mounts.v1alpha1.MountSpec"
 }
@@ -57,6 +67,16 @@ func (in MountTimeouts) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in MountTunnel) OpenAPIModelName() string {
+	return "io.kcp.mounts.v1alpha1.MountTunnel"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ObjectReference) OpenAPIModelName() string {
 	return "io.kcp.mounts.v1alpha1.ObjectReference"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in PrefixRewrite) OpenAPIModelName() string {
+	return "io.kcp.mounts.v1alpha1.PrefixRewrite"
 }

@@ -35,7 +35,7 @@ type MountSpecApplyConfiguration struct {
 	// Secret, namespace, name) whose key "kubeconfig" holds the target's kubeconfig. For types
 	// Workspace and Redirect: a kcp Workspace (apiVersion tenancy.kcp.io/v1alpha1, kind
 	// Workspace) named by its logical cluster path, e.g. "root:org:team". apiVersion and kind
-	// default from type.
+	// default from type. Empty for tunnel mounts with agent credentials, which lend no Secret.
 	Ref *ObjectReferenceApplyConfiguration `json:"ref,omitempty"`
 	// identity says under which identity proxied requests reach the target.
 	Identity *MountIdentityApplyConfiguration `json:"identity,omitempty"`
@@ -47,6 +47,14 @@ type MountSpecApplyConfiguration struct {
 	// timeouts bounds the time spent reaching the target. Unset fields take the server's
 	// defaults.
 	Timeouts *MountTimeoutsApplyConfiguration `json:"timeouts,omitempty"`
+	// tunnel says that the target is reached through a reverse tunnel that an agent
+	// (mount-agent, next to the target) opens to this server through mounts/<name>/attach,
+	// for targets this server cannot dial. Only for type URL.
+	Tunnel *MountTunnelApplyConfiguration `json:"tunnel,omitempty"`
+	// rewrites present the target's APIs under other names: API groups renamed one to one
+	// (with an optional kind prefix) and metadata key prefixes renamed, in requests and
+	// responses. Only for type URL.
+	Rewrites *MountRewritesApplyConfiguration `json:"rewrites,omitempty"`
 }
 
 // MountSpecApplyConfiguration constructs a declarative configuration of the MountSpec type for use with
@@ -94,5 +102,21 @@ func (b *MountSpecApplyConfiguration) WithCABundle(values ...byte) *MountSpecApp
 // If called multiple times, the Timeouts field is set to the value of the last call.
 func (b *MountSpecApplyConfiguration) WithTimeouts(value *MountTimeoutsApplyConfiguration) *MountSpecApplyConfiguration {
 	b.Timeouts = value
+	return b
+}
+
+// WithTunnel sets the Tunnel field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Tunnel field is set to the value of the last call.
+func (b *MountSpecApplyConfiguration) WithTunnel(value *MountTunnelApplyConfiguration) *MountSpecApplyConfiguration {
+	b.Tunnel = value
+	return b
+}
+
+// WithRewrites sets the Rewrites field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Rewrites field is set to the value of the last call.
+func (b *MountSpecApplyConfiguration) WithRewrites(value *MountRewritesApplyConfiguration) *MountSpecApplyConfiguration {
+	b.Rewrites = value
 	return b
 }
