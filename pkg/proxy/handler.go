@@ -1,10 +1,12 @@
 package proxy
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/textproto"
 	"net/url"
@@ -303,7 +305,16 @@ func (h *requestHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	recording := metrics.start(h.label, h.mount.UID)
 	code := http.StatusOK
 	var written int64
+	var guard *upgradeGuard
 	w = httpsnoop.Wrap(w, httpsnoop.Hooks{
+		Hijack: func(next httpsnoop.HijackFunc) httpsnoop.HijackFunc {
+			return func() (net.Conn, *bufio.ReadWriter, error) {
+				if guard != nil {
+					guard.hijacked()
+				}
+				return next()
+			}
+		},
 		WriteHeader: func(next httpsnoop.WriteHeaderFunc) httpsnoop.WriteHeaderFunc {
 			return func(c int) { code = c; next(c) }
 		},
@@ -358,8 +369,14 @@ func (h *requestHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		h.servePlain(w, out, h.target.PlainRoundTripper(out.Header, h.imp), location, longRunning)
 		return
 	}
+	answerTimeout := h.requestTimeout
+	if answerTimeout == 0 {
+		answerTimeout = DefaultUpgradeAnswerTimeout
+	}
+	guard = &upgradeGuard{deadline: time.Now().Add(answerTimeout)}
+	out = out.WithContext(withUpgradeGuard(ctx, guard))
 	rt, upgradeRT := h.target.RoundTrippers(h.imp)
-	proxy := utilproxy.NewUpgradeAwareHandler(&location, rt, false, false, responder{mount: h.mount.Name, target: h.target.Base.Host})
+	proxy := utilproxy.NewUpgradeAwareHandler(&location, rt, false, false, responder{mount: h.mount.Name, target: h.target.Base.Host, guard: guard})
 	proxy.UpgradeTransport = upgradeRT
 	proxy.UseLocationHost = true
 	proxy.ServeHTTP(w, out)
@@ -393,11 +410,17 @@ func (h *requestHandler) authorizeUpgrade(ctx context.Context) apierrors.APIStat
 // responder writes failures to reach the target as metav1.Status.
 type responder struct {
 	mount, target string
+	// guard, for upgrades, knows when the answer's deadline passed.
+	guard *upgradeGuard
 }
 
 func (r responder) Error(w http.ResponseWriter, req *http.Request, err error) {
 	if errors.Is(err, context.Canceled) && req.Context().Err() != nil {
 		return // the caller went away; nobody reads an answer
+	}
+	if r.guard != nil && r.guard.timedOut() {
+		// The upgrade handler flattens its dial errors into text.
+		err = fmt.Errorf("%w: %v", context.DeadlineExceeded, err)
 	}
 	status := statusForError(r.target, err)
 	klog.FromContext(req.Context()).V(2).Info("Proxying failed", "mount", r.mount, "code", status.Code, "err", err.Error())

@@ -238,7 +238,12 @@ func TestHostileTargets(t *testing.T) {
 		}
 		m := urlMount(name)
 		m.Spec.Identity.Mode = v1alpha1.IdentityModeMountCredentials
-		if name != "healthy" {
+		switch name {
+		case "healthy":
+		case "huge":
+			// 256 MB of its LIST are read in full: the server's request timeout applies.
+			m.Spec.Timeouts = &v1alpha1.MountTimeouts{ConnectSeconds: ptr.To[int32](2)}
+		default:
 			m.Spec.Timeouts = &v1alpha1.MountTimeouts{ConnectSeconds: ptr.To[int32](2), RequestSeconds: ptr.To[int32](3)}
 		}
 		if _, err := p.Client.MountsV1alpha1().Mounts().Create(ctx, m, metav1.CreateOptions{}); err != nil {
@@ -455,13 +460,14 @@ func TestHostileTargets(t *testing.T) {
 			wg.Go(func() {
 				ctx, cancel := context.WithTimeout(ctx, 45*time.Second)
 				defer cancel()
+				// Nothing of a body cut at once has reached the caller yet: its stream
+				// is reset before the headers, which the caller sees as an error too.
+				var n int64
 				resp, err := get(ctx, h2, mount, "/api/v1/configmaps", false)
-				if err != nil {
-					t.Errorf("%s: %v", mount, err)
-					return
+				if err == nil {
+					n, err = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
 				}
-				defer resp.Body.Close()
-				n, err := io.Copy(io.Discard, resp.Body)
 				if err == nil || errors.Is(err, context.DeadlineExceeded) {
 					t.Errorf("%s: the body ended with %v after %d bytes, want a broken stream before the test's bound", mount, err, n)
 				}
