@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/felixge/httpsnoop"
@@ -52,6 +53,10 @@ type Proxier struct {
 	Workspaces kcp.WorkspaceResolver
 	// buffers lends the copy buffers of plain requests.
 	buffers bufferPool
+	// MaxUpgrades bounds the upgraded sessions (exec, attach, port-forward) open at once
+	// through this server, each two connections and their buffers; beyond, 429. 0: no bound.
+	MaxUpgrades int
+	upgrades    atomic.Int64
 
 	// Kcp is the provider's client configuration for kcp (--kcp-kubeconfig): Workspace mounts
 	// are proxied to its host, kcp's base URL, with its credentials, impersonating the
@@ -349,6 +354,17 @@ func (h *requestHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			code = int(s.Code)
 			writeStatus(w, &s)
 			return
+		}
+		if max := int64(h.proxier.MaxUpgrades); max > 0 {
+			if n := h.proxier.upgrades.Add(1); n > max {
+				h.proxier.upgrades.Add(-1)
+				code = http.StatusTooManyRequests
+				w.Header().Set("Retry-After", RetryAfterSeconds)
+				writeStatus(w, newStatus(http.StatusTooManyRequests, metav1.StatusReasonTooManyRequests, fmt.Sprintf(
+					"this server has %d upgraded sessions (exec, attach, port-forward) open, its bound (--proxy-max-upgrades); try again later", max)))
+				return
+			}
+			defer h.proxier.upgrades.Add(-1)
 		}
 	}
 	longRunning := IsLongRunning(req, h.innerPath)

@@ -134,8 +134,9 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 			MaxIdleConnsPerMount: o.ProxyMaxIdleConnsPerMount,
 			Policy:               policy,
 		}, proxy.DefaultMetrics()),
-		Metrics: proxy.DefaultMetrics(),
-		MaxHops: o.ProxyMaxHops,
+		Metrics:     proxy.DefaultMetrics(),
+		MaxHops:     o.ProxyMaxHops,
+		MaxUpgrades: o.ProxyMaxUpgrades,
 		// Mounts of one target share a probe result for a third of the probe interval.
 		Probes: &proxy.ProbeCache{TTL: o.StatusProbeInterval / 3},
 	}
