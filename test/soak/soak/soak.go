@@ -180,7 +180,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if r.Baseline, err = settledFigures(ctx, scraper); err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(out, "baseline:   %v\n", r.Baseline)
+	fmt.Fprintf(out, "baseline:    %v\n", r.Baseline)
 
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	defer stopLoad()
@@ -300,18 +300,21 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	requests.Wait()
 	transport.CloseIdleConnections()
 	ended := time.Now()
-	fmt.Fprintf(out, "peak:       %v (during %v of load)\n", r.Peak, cfg.Duration)
+	fmt.Fprintf(out, "peak:        %v (during %v of load)\n", r.Peak, cfg.Duration)
 
 	slices.Sort(samples)
 	if len(samples) > 0 {
 		r.P50, r.P99 = samples[len(samples)/2], samples[len(samples)*99/100]
 	}
-	fmt.Fprintf(out, "GETs:       %d sent (%.0f/s), %d errors, p50 %v, p99 %v\n", r.Requests, float64(r.Requests)/cfg.Duration.Seconds(), r.RequestErrors, r.P50.Round(10*time.Microsecond), r.P99.Round(10*time.Microsecond))
-	fmt.Fprintf(out, "watches:    %d, %d errors, %d events received\n", cfg.Watches, r.WatchErrors, r.WatchEvents)
+	fmt.Fprintf(out, "GETs:        %d sent (%.0f/s), %d errors, p50 %v, p99 %v\n", r.Requests, float64(r.Requests)/cfg.Duration.Seconds(), r.RequestErrors, r.P50.Round(10*time.Microsecond), r.P99.Round(10*time.Microsecond))
+	fmt.Fprintf(out, "watches:     %d, %d errors, %d events received\n", cfg.Watches, r.WatchErrors, r.WatchEvents)
 	for _, e := range r.FirstErrors {
 		fmt.Fprintf(out, "  error: %s\n", e)
 	}
 
+	if f, err := scraper.Figures(); err == nil {
+		fmt.Fprintf(out, "right after: %v\n", f)
+	}
 	// After: the figures once they meet the goal, or when Settle runs out.
 	deadline := time.Now().Add(cfg.Settle)
 	for {
@@ -330,7 +333,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		case <-time.After(time.Second):
 		}
 	}
-	fmt.Fprintf(out, "after:      %v (%v after the load)\n", r.After, r.Settled.Round(time.Second))
+	fmt.Fprintf(out, "after:       %v (%v after the load)\n", r.After, r.Settled.Round(time.Second))
 	return r, nil
 }
 
