@@ -239,7 +239,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	started.Wait()
 	fmt.Fprintf(out, "%d watches open\n", cfg.Watches)
 
-	// The GETs: open loop, one every 1/RPS, each timed.
+	// The GETs: open loop, as many as are due at RPS since the start (a late tick sends the
+	// ones it missed), each timed.
 	var samplesMu sync.Mutex
 	samples := make([]time.Duration, 0, int(cfg.Duration.Seconds()+1)*cfg.RPS)
 	var requests sync.WaitGroup
@@ -247,27 +248,31 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		wg.Go(func() {
 			ticker := time.NewTicker(time.Second / time.Duration(cfg.RPS))
 			defer ticker.Stop()
+			start, sent := time.Now(), 0
 			for {
 				select {
 				case <-loadCtx.Done():
 					return
 				case <-ticker.C:
 				}
-				requests.Go(func() {
-					ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-					defer cancel()
-					start := time.Now()
-					err := get(ctx)
-					d := time.Since(start)
-					atomic.AddInt64(&r.Requests, 1)
-					if err != nil {
-						fail(&r.RequestErrors, "%v", err)
-						return
-					}
-					samplesMu.Lock()
-					samples = append(samples, d)
-					samplesMu.Unlock()
-				})
+				due := int(time.Since(start).Seconds() * float64(cfg.RPS))
+				for ; sent < due; sent++ {
+					requests.Go(func() {
+						ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+						defer cancel()
+						start := time.Now()
+						err := get(ctx)
+						d := time.Since(start)
+						atomic.AddInt64(&r.Requests, 1)
+						if err != nil {
+							fail(&r.RequestErrors, "%v", err)
+							return
+						}
+						samplesMu.Lock()
+						samples = append(samples, d)
+						samplesMu.Unlock()
+					})
+				}
 			}
 		})
 	}
