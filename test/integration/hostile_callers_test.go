@@ -51,10 +51,9 @@ func (r *repeatReader) Read(p []byte) (int, error) {
 	return k, nil
 }
 
-// TestHostileCallers attacks mount-apiserver (its own process, delegated to nothing:
-// standalone) with callers that hold or overload it, while a normal caller uses the real
-// kubectl on the Mount API and GETs through a mount of a real kube-apiserver, which must keep
-// working:
+// TestHostileCallers attacks mount-apiserver (standalone, its own process) with callers that
+// hold or overload it, while a normal caller uses the real kubectl on the Mount API and GETs
+// through a mount of a real kube-apiserver, which must keep working:
 //   - 1,000 connections that never finish their headers: 500 that never start TLS and 500
 //     that send half a request head. The server closes them itself (net/http's
 //     ReadHeaderTimeout, 32 s in k8s.io/apiserver, also bounds the TLS handshake);

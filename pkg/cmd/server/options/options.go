@@ -43,9 +43,9 @@ const (
 // for it.
 const DefaultShutdownWatchTerminationGracePeriod = 5 * time.Second
 
-// DefaultProxyMaxUpgrades bounds upgraded sessions (about 100 KB each: two connections, their
-// TLS and copy buffers, three goroutines) to some 200 MB.
-const DefaultProxyMaxUpgrades = 2000
+// DefaultProxyMaxUpgrades bounds upgraded sessions (up to 250 KB each, measured: two
+// connections, their TLS and copy buffers, four goroutines) to some 250 MB.
+const DefaultProxyMaxUpgrades = 1000
 
 // Options are the command-line options of mount-apiserver.
 type Options struct {
@@ -183,7 +183,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.IntVar(&o.ProxyMaxHops, "proxy-max-hops", o.ProxyMaxHops,
 		"How many mount proxies (of this or other mount-apiservers) one request may pass, counted in the "+proxy.HopsHeader+" header; a request beyond is refused with 508. Bounds loops through mounts whose target leads back to a mount proxy.")
 	fs.IntVar(&o.ProxyMaxUpgrades, "proxy-max-upgrades", o.ProxyMaxUpgrades,
-		"How many upgraded sessions (exec, attach, port-forward through mounts) may be open at once; one more is refused with 429 until one ends. 0: no bound. Each holds two connections and about 100 KB.")
+		"How many upgraded sessions (exec, attach, port-forward through mounts) may be open at once; one more is refused with 429 until one ends. 0: no bound. Each holds two connections, four goroutines and up to 250 KB.")
 	fs.BoolVar(&o.KcpMode, "kcp-mode", o.KcpMode,
 		"Serve cluster-aware paths as kcp's APIExport virtual storage forwards them: /clusters/<logical-cluster>/apis/mounts.kcp.io/... for every verb, and /clusters/*/... to list and watch across logical clusters. Work in progress: see README, \"kcp mode\".")
 	fs.StringSliceVar(&o.ProxyAllowedTargets, "proxy-allowed-targets", o.ProxyAllowedTargets,
