@@ -323,6 +323,9 @@ func (o CompletedOptions) applyDelegated(cfg *mountapiserver.Config, ca *pki.PKI
 	if err := o.Authentication.ApplyTo(&generic.Authentication, generic.SecureServing, generic.OpenAPIConfig); err != nil {
 		return fmt.Errorf("applying delegated authentication options: %w", err)
 	}
+	if err := o.reviewTokensWithoutBodies(&generic.Authentication); err != nil {
+		return err
+	}
 	// Client certificates are verified once per connection and TTL, like tokens are reviewed.
 	if generic.Authentication.Authenticator != nil {
 		generic.Authentication.Authenticator = authentication.CachingCertificates(generic.Authentication.Authenticator,
