@@ -17,9 +17,9 @@ import (
 	"github.com/kcp-dev/mount-apiserver/pkg/logging"
 )
 
-// tokenHeaders carry bearer tokens: the Authorization header, and the WebSocket protocol
-// through which browsers and kubectl's WebSocket clients send one.
-var tokenHeaders = []string{"Authorization", textproto.CanonicalMIMEHeaderKey("Sec-WebSocket-Protocol")}
+// websocketProtocol is the header through which browsers and kubectl's WebSocket clients send
+// a bearer token, canonical as net/http keys it.
+var websocketProtocol = textproto.CanonicalMIMEHeaderKey("Sec-WebSocket-Protocol")
 
 // TokensWithoutBodies reviews bearer tokens with review (the TokenReview webhook) under a
 // logger capped below client-go's body logging, caching answers for ttl, and leaves everything
@@ -47,23 +47,21 @@ type tokensWithoutBodies struct {
 }
 
 func (a *tokensWithoutBodies) AuthenticateRequest(req *http.Request) (*authenticator.Response, bool, error) {
-	saved := map[string][]string{}
-	for _, h := range tokenHeaders {
-		if v, ok := req.Header[h]; ok {
-			saved[h] = v
-		}
-	}
-	if len(saved) == 0 {
+	authorization, hasAuthorization := req.Header["Authorization"]
+	protocol, hasProtocol := req.Header[websocketProtocol]
+	if !hasAuthorization && !hasProtocol {
 		return a.next.AuthenticateRequest(req)
 	}
 	// next sees the request without them (and may remove the headers it consumed, as it
 	// would), then they are back for the token's turn.
-	for h := range saved {
-		delete(req.Header, h)
-	}
+	delete(req.Header, "Authorization")
+	delete(req.Header, websocketProtocol)
 	resp, ok, err := a.next.AuthenticateRequest(req)
-	for h, v := range saved {
-		req.Header[h] = v
+	if hasAuthorization {
+		req.Header["Authorization"] = authorization
+	}
+	if hasProtocol {
+		req.Header[websocketProtocol] = protocol
 	}
 	if ok && resp.User.GetName() != user.Anonymous {
 		return resp, true, nil

@@ -310,16 +310,7 @@ func (h *requestHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	recording := metrics.start(h.label, h.mount.UID)
 	code := http.StatusOK
 	var written int64
-	var guard *upgradeGuard
 	w = httpsnoop.Wrap(w, httpsnoop.Hooks{
-		Hijack: func(next httpsnoop.HijackFunc) httpsnoop.HijackFunc {
-			return func() (net.Conn, *bufio.ReadWriter, error) {
-				if guard != nil {
-					guard.hijacked()
-				}
-				return next()
-			}
-		},
 		WriteHeader: func(next httpsnoop.WriteHeaderFunc) httpsnoop.WriteHeaderFunc {
 			return func(c int) { code = c; next(c) }
 		},
@@ -389,8 +380,17 @@ func (h *requestHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if answerTimeout == 0 {
 		answerTimeout = DefaultUpgradeAnswerTimeout
 	}
-	guard = &upgradeGuard{deadline: time.Now().Add(answerTimeout)}
+	guard := &upgradeGuard{deadline: time.Now().Add(answerTimeout)}
 	out = out.WithContext(withUpgradeGuard(ctx, guard))
+	// The handler hijacks the caller's connection once the target's answer is in.
+	w = httpsnoop.Wrap(w, httpsnoop.Hooks{
+		Hijack: func(next httpsnoop.HijackFunc) httpsnoop.HijackFunc {
+			return func() (net.Conn, *bufio.ReadWriter, error) {
+				guard.hijacked()
+				return next()
+			}
+		},
+	})
 	rt, upgradeRT := h.target.RoundTrippers(h.imp)
 	proxy := utilproxy.NewUpgradeAwareHandler(&location, rt, false, false, responder{mount: h.mount.Name, target: h.target.Base.Host, guard: guard})
 	proxy.UpgradeTransport = upgradeRT
