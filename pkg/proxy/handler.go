@@ -1,16 +1,19 @@
 package proxy
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/textproto"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/felixge/httpsnoop"
@@ -50,6 +53,10 @@ type Proxier struct {
 	Workspaces kcp.WorkspaceResolver
 	// buffers lends the copy buffers of plain requests.
 	buffers bufferPool
+	// MaxUpgrades bounds the upgraded sessions (exec, attach, port-forward) open at once
+	// through this server, each two connections and their buffers; beyond, 429. 0: no bound.
+	MaxUpgrades int
+	upgrades    atomic.Int64
 
 	// Kcp is the provider's client configuration for kcp (--kcp-kubeconfig): Workspace mounts
 	// are proxied to its host, kcp's base URL, with its credentials, impersonating the
@@ -339,6 +346,17 @@ func (h *requestHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			writeStatus(w, &s)
 			return
 		}
+		if max := int64(h.proxier.MaxUpgrades); max > 0 {
+			if n := h.proxier.upgrades.Add(1); n > max {
+				h.proxier.upgrades.Add(-1)
+				code = http.StatusTooManyRequests
+				w.Header().Set("Retry-After", RetryAfterSeconds)
+				writeStatus(w, newStatus(http.StatusTooManyRequests, metav1.StatusReasonTooManyRequests, fmt.Sprintf(
+					"this server has %d upgraded sessions (exec, attach, port-forward) open, its bound (--proxy-max-upgrades); try again later", max)))
+				return
+			}
+			defer h.proxier.upgrades.Add(-1)
+		}
 	}
 	longRunning := IsLongRunning(req, h.innerPath)
 	if h.requestTimeout > 0 && !longRunning {
@@ -358,8 +376,23 @@ func (h *requestHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		h.servePlain(w, out, h.target.PlainRoundTripper(out.Header, h.imp), location, longRunning)
 		return
 	}
+	answerTimeout := h.requestTimeout
+	if answerTimeout == 0 {
+		answerTimeout = DefaultUpgradeAnswerTimeout
+	}
+	guard := &upgradeGuard{deadline: time.Now().Add(answerTimeout)}
+	out = out.WithContext(withUpgradeGuard(ctx, guard))
+	// The handler hijacks the caller's connection once the target's answer is in.
+	w = httpsnoop.Wrap(w, httpsnoop.Hooks{
+		Hijack: func(next httpsnoop.HijackFunc) httpsnoop.HijackFunc {
+			return func() (net.Conn, *bufio.ReadWriter, error) {
+				guard.hijacked()
+				return next()
+			}
+		},
+	})
 	rt, upgradeRT := h.target.RoundTrippers(h.imp)
-	proxy := utilproxy.NewUpgradeAwareHandler(&location, rt, false, false, responder{mount: h.mount.Name, target: h.target.Base.Host})
+	proxy := utilproxy.NewUpgradeAwareHandler(&location, rt, false, false, responder{mount: h.mount.Name, target: h.target.Base.Host, guard: guard})
 	proxy.UpgradeTransport = upgradeRT
 	proxy.UseLocationHost = true
 	proxy.ServeHTTP(w, out)
@@ -393,11 +426,17 @@ func (h *requestHandler) authorizeUpgrade(ctx context.Context) apierrors.APIStat
 // responder writes failures to reach the target as metav1.Status.
 type responder struct {
 	mount, target string
+	// guard, for upgrades, knows when the answer's deadline passed.
+	guard *upgradeGuard
 }
 
 func (r responder) Error(w http.ResponseWriter, req *http.Request, err error) {
 	if errors.Is(err, context.Canceled) && req.Context().Err() != nil {
 		return // the caller went away; nobody reads an answer
+	}
+	if r.guard != nil && r.guard.timedOut() {
+		// The upgrade handler flattens its dial errors into text.
+		err = fmt.Errorf("%w: %v", context.DeadlineExceeded, err)
 	}
 	status := statusForError(r.target, err)
 	klog.FromContext(req.Context()).V(2).Info("Proxying failed", "mount", r.mount, "code", status.Code, "err", err.Error())

@@ -421,7 +421,7 @@ func (t *Transports) newTarget(cfg *rest.Config, caOverride []byte, connectTimeo
 	}
 	upgrade := &http.Transport{
 		Proxy:               nil,
-		DialContext:         dial,
+		DialContext:         guardUpgradeDial(dial),
 		TLSClientConfig:     upgradeTLS,
 		TLSHandshakeTimeout: connectTimeout,
 		MaxIdleConnsPerHost: -1,

@@ -130,6 +130,20 @@ func TestSecretsNeverLeak(t *testing.T) {
 		leakMust(t, leakErr(host.Client.CoreV1().Secrets("clusters").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string][]byte{"kubeconfig": data}}, metav1.CreateOptions{})))
 	}
 
+	// A caller with a bearer token of the host (a service account), reviewed by TokenReview,
+	// and a decoy token of the same shape.
+	callerTokens := map[string]string{}
+	for _, name := range []string{"caller", "caller-decoy"} {
+		leakMust(t, leakErr(host.Client.CoreV1().ServiceAccounts("clusters").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})))
+		tr, err := host.Client.CoreV1().ServiceAccounts("clusters").CreateToken(ctx, name, &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		callerTokens[name] = tr.Status.Token
+	}
+	leakGrant(ctx, t, host.Client, "mounts-reader", []rbacv1.PolicyRule{{APIGroups: []string{"mounts.kcp.io"}, Resources: []string{"mounts"}, Verbs: []string{"get", "list"}}},
+		rbacv1.Subject{Kind: "ServiceAccount", Namespace: "clusters", Name: "caller"})
+
 	// Every response from mount-apiserver to the test's clients is recorded from here on.
 	responses := &leakRecorder{}
 	admin := leakMountsClient(t, responses.config(host.AdminConfig))
@@ -215,6 +229,12 @@ func TestSecretsNeverLeak(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The caller with a token, directly at mount-apiserver: its token is reviewed there.
+	caller := leakMountsClient(t, responses.config(agg.DirectConfig(&rest.Config{Host: host.URL, BearerToken: callerTokens["caller"]})))
+	if _, err := caller.MountsV1alpha1().Mounts().List(ctx, metav1.ListOptions{}); err != nil {
+		t.Fatalf("LIST of mounts with a bearer token: %v", err)
+	}
+
 	t.Logf("scenario done after %v", time.Since(start).Round(time.Millisecond))
 
 	// Events of the phase changes, and what else the server keeps on the host.
@@ -291,7 +311,19 @@ func TestSecretsNeverLeak(t *testing.T) {
 		{"audit log (RequestResponse)", auditLog, `"subresource":"proxy"`},
 		{"/metrics", metricsResp.bytes(), "mount_"},
 	}
+	// The server reviewed the caller's token, and said so in its log.
+	if !bytes.Contains(serverLog, []byte("/apis/authentication.k8s.io/v1/tokenreviews")) {
+		t.Error("the server's log names no TokenReview: the caller's token was not reviewed as intended")
+	}
 	needles := leakWindows(t, lender, kubeconfig, unknownToken, refusedKubeconfig, decoy.Status.Token)
+	// The caller's own token (not a Mount's credential, but a credential all the same), less
+	// what it shares with the decoy's.
+	for i := 0; i+leakWindowSize <= len(callerTokens["caller"]); i++ {
+		needles[callerTokens["caller"][i:i+leakWindowSize]] = "the caller's bearer token"
+	}
+	for i := 0; i+leakWindowSize <= len(callerTokens["caller-decoy"]); i++ {
+		delete(needles, callerTokens["caller-decoy"][i:i+leakWindowSize])
+	}
 	total := 0
 	for _, s := range sources {
 		if !bytes.Contains(s.data, []byte(s.must)) {

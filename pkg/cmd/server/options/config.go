@@ -134,8 +134,9 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 			MaxIdleConnsPerMount: o.ProxyMaxIdleConnsPerMount,
 			Policy:               policy,
 		}, proxy.DefaultMetrics()),
-		Metrics: proxy.DefaultMetrics(),
-		MaxHops: o.ProxyMaxHops,
+		Metrics:     proxy.DefaultMetrics(),
+		MaxHops:     o.ProxyMaxHops,
+		MaxUpgrades: o.ProxyMaxUpgrades,
 		// Mounts of one target share a probe result for a third of the probe interval.
 		Probes: &proxy.ProbeCache{TTL: o.StatusProbeInterval / 3},
 	}
@@ -321,6 +322,9 @@ func (o CompletedOptions) applyDelegated(cfg *mountapiserver.Config, ca *pki.PKI
 	generic := &cfg.Generic.Config
 	if err := o.Authentication.ApplyTo(&generic.Authentication, generic.SecureServing, generic.OpenAPIConfig); err != nil {
 		return fmt.Errorf("applying delegated authentication options: %w", err)
+	}
+	if err := o.reviewTokensWithoutBodies(&generic.Authentication); err != nil {
+		return err
 	}
 	// Client certificates are verified once per connection and TTL, like tokens are reviewed.
 	if generic.Authentication.Authenticator != nil {

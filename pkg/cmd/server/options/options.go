@@ -43,6 +43,10 @@ const (
 // for it.
 const DefaultShutdownWatchTerminationGracePeriod = 5 * time.Second
 
+// DefaultProxyMaxUpgrades bounds upgraded sessions (up to 250 KB each, measured: two
+// connections, their TLS and copy buffers, four goroutines) to some 250 MB.
+const DefaultProxyMaxUpgrades = 1000
+
 // Options are the command-line options of mount-apiserver.
 type Options struct {
 	// RootDirectory holds the embedded etcd's data, the generated PKI and the admin kubeconfig.
@@ -65,6 +69,8 @@ type Options struct {
 	ProxyMaxIdleConnsPerMount int
 	// ProxyMaxHops bounds how many mount proxies one request may pass.
 	ProxyMaxHops int
+	// ProxyMaxUpgrades bounds the upgraded sessions open at once through the proxy (0: none).
+	ProxyMaxUpgrades int
 	// KcpMode serves cluster-aware paths, /clusters/<logical-cluster>/... and /clusters/*/...
 	KcpMode bool
 	// Kcp says how to meet kcp in kcp mode.
@@ -125,6 +131,7 @@ func NewOptions() *Options {
 		ProxyConnectTimeout:       10 * time.Second,
 		ProxyMaxIdleConnsPerMount: 16,
 		ProxyMaxHops:              proxy.DefaultMaxHops,
+		ProxyMaxUpgrades:          DefaultProxyMaxUpgrades,
 		StatusProbeInterval:       30 * time.Second,
 		StatusWorkers:             16,
 		StatusController:          true,
@@ -175,6 +182,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 		"Idle connections kept open to one mount's target.")
 	fs.IntVar(&o.ProxyMaxHops, "proxy-max-hops", o.ProxyMaxHops,
 		"How many mount proxies (of this or other mount-apiservers) one request may pass, counted in the "+proxy.HopsHeader+" header; a request beyond is refused with 508. Bounds loops through mounts whose target leads back to a mount proxy.")
+	fs.IntVar(&o.ProxyMaxUpgrades, "proxy-max-upgrades", o.ProxyMaxUpgrades,
+		"How many upgraded sessions (exec, attach, port-forward through mounts) may be open at once; one more is refused with 429 until one ends. 0: no bound. Each holds two connections, four goroutines and up to 250 KB.")
 	fs.BoolVar(&o.KcpMode, "kcp-mode", o.KcpMode,
 		"Serve cluster-aware paths as kcp's APIExport virtual storage forwards them: /clusters/<logical-cluster>/apis/mounts.kcp.io/... for every verb, and /clusters/*/... to list and watch across logical clusters. Work in progress: see README, \"kcp mode\".")
 	fs.StringSliceVar(&o.ProxyAllowedTargets, "proxy-allowed-targets", o.ProxyAllowedTargets,
@@ -296,6 +305,9 @@ func (o CompletedOptions) Validate() error {
 	}
 	if o.ProxyConnectTimeout <= 0 {
 		errs = append(errs, errors.New("--proxy-connect-timeout must be positive"))
+	}
+	if o.ProxyMaxUpgrades < 0 {
+		errs = append(errs, errors.New("--proxy-max-upgrades must not be negative"))
 	}
 	if o.ProxyMaxHops < 1 {
 		errs = append(errs, errors.New("--proxy-max-hops must be at least 1"))
