@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -273,6 +274,35 @@ func TestTunnel(t *testing.T) {
 	} else if ns.Name != "through-tunnel" {
 		t.Fatalf("namespace %q", ns.Name)
 	}
+
+	// Upgrades and streams use the same tunnel: kubectl exec (SPDY or WebSocket through the
+	// upgrade path) and logs -f.
+	kubelet, err := framework.StartKubelet(ctx, target, "tunnel-node")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kubelet.Stop)
+	if err := kubelet.CreatePod(ctx, "default", "app"); err != nil {
+		t.Fatal(err)
+	}
+	if out := mustKubectl(t, s, "--server", proxied.Host, "exec", "-n", "default", "app", "--", "echo", "through the tunnel"); out != "through the tunnel\n" {
+		t.Errorf("kubectl exec through the tunnel: %q", out)
+	}
+	logsCtx, cancelLogs := context.WithTimeout(ctx, time.Minute)
+	logs := exec.CommandContext(logsCtx, "kubectl", "--kubeconfig", s.Kubeconfig, "--server", proxied.Host, "logs", "-f", "-n", "default", "app")
+	logsOut, err := logs.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := logs.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(logsOut).ReadString('\n')
+	if err != nil || !strings.Contains(line, "log line") {
+		t.Errorf("kubectl logs -f through the tunnel: %q %v", line, err)
+	}
+	cancelLogs()
+	_ = logs.Wait()
 
 	// The mount says who holds the agent, and is Ready.
 	m := waitForMount(ctx, t, mounts, "edge", func(m *v1alpha1.Mount) bool {
