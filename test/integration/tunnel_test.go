@@ -32,6 +32,9 @@ import (
 	"github.com/kcp-dev/mount-apiserver/test/integration/framework"
 )
 
+// requestTimeout is the server's --request-timeout in TestTunnel.
+const requestTimeout = 4 * time.Second
+
 var (
 	agentBuildOnce sync.Once
 	agentBin       string
@@ -107,6 +110,23 @@ func (p *agentProcess) logText() string {
 	return string(data)
 }
 
+// metric returns the value of the series (name and labels as exposed) on the agent's /metrics.
+func (p *agentProcess) metric(t *testing.T, series string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + p.health + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			return v
+		}
+	}
+	return ""
+}
+
 func (p *agentProcess) ready() bool {
 	resp, err := http.Get("http://" + p.health + "/readyz")
 	if err != nil {
@@ -164,6 +184,8 @@ func TestTunnel(t *testing.T) {
 		o.StatusProbeInterval = time.Second
 		o.Tunnel.ReplicaName = "replica-1"
 		o.Tunnel.AuthorizationInterval = time.Second
+		// A session is long-running: it outlives the request timeout (checked below).
+		o.ServerRun.RequestTimeout = requestTimeout
 	})
 	core, err := kubernetes.NewForConfig(s.Config)
 	if err != nil {
@@ -242,6 +264,7 @@ func TestTunnel(t *testing.T) {
 	// The agent of edge: kubectl get, list and watch through the mount.
 	agent := startAgentProcess(t, edgeAgent, "edge", targetAddr)
 	until(t, "the agent's session", agent.ready)
+	attached := time.Now()
 	proxied := rest.CopyConfig(s.Config)
 	proxied.Host = s.URL + "/apis/mounts.kcp.io/v1alpha1/mounts/edge/proxy"
 	out := mustKubectl(t, s, "--server", proxied.Host, "get", "namespaces", "-o", "name")
@@ -316,6 +339,15 @@ func TestTunnel(t *testing.T) {
 		t.Fatal(err)
 	} else if other.Status.Phase == v1alpha1.MountPhaseReady {
 		t.Errorf("mount other is Ready without an agent")
+	}
+
+	// Still the first session, past the request timeout: attach is long-running.
+	time.Sleep(time.Until(attached.Add(2 * requestTimeout)))
+	if n := agent.metric(t, `mount_tunnel_attaches_total{mount="edge"}`); n != "1" {
+		t.Errorf("sessions of the agent after twice the request timeout: %s, want 1", n)
+	}
+	if code, _, body := proxyGet(t, s.Config, "edge", "/api"); code != http.StatusOK {
+		t.Fatalf("after the request timeout: %d %s", code, body)
 	}
 
 	// Killed: 503 (once the server sees the connection gone); restarted: works again.
