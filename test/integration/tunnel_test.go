@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -359,6 +360,21 @@ func TestTunnel(t *testing.T) {
 	waitForMount(ctx, t, mounts, "edge", func(m *v1alpha1.Mount) bool {
 		return meta.IsStatusConditionFalse(m.Status.Conditions, v1alpha1.ConditionAgentConnected) && m.Status.Phase != v1alpha1.MountPhaseReady
 	})
+	// An agent whose target is down: 502, the session lives on.
+	closedPort, err := framework.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	broken := startAgentProcess(t, edgeAgent, "edge", "127.0.0.1:"+strconv.Itoa(closedPort))
+	until(t, "the session of the agent whose target is down", broken.ready)
+	if code, _, body := proxyGet(t, s.Config, "edge", "/api"); code != http.StatusBadGateway || !strings.Contains(body, `"kind":"Status"`) {
+		t.Fatalf("target down behind the agent: %d %s", code, body)
+	}
+	if !broken.ready() {
+		t.Fatal("a failed dial ended the agent's session")
+	}
+	broken.kill()
+
 	agent = startAgentProcess(t, edgeAgent, "edge", targetAddr)
 	until(t, "the restarted agent's session", agent.ready)
 	if code, _, body := proxyGet(t, s.Config, "edge", "/api"); code != http.StatusOK {
@@ -373,6 +389,14 @@ func TestTunnel(t *testing.T) {
 	until(t, "the agent to be refused", func() bool { return strings.Contains(agent.logText(), "refused the attach: 404") })
 	if _, err := mounts.Get(ctx, "edge", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("get after delete: %v", err)
+	}
+	// SIGTERM: the agent stops cleanly.
+	if err := agent.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	<-agent.done
+	if !agent.cmd.ProcessState.Success() || !strings.Contains(agent.logText(), "Agent stopped") {
+		t.Errorf("the agent after SIGTERM: %v", agent.cmd.ProcessState)
 	}
 	// No credential in anything the agent printed.
 	for _, needle := range []string{string(lender.KeyData), string(lender.CertData)} {
