@@ -227,6 +227,13 @@ func (s *Sessions) Close(key string) bool {
 	return true
 }
 
+// Forget closes the session of a deleted mount and drops its metric series (but the
+// sessions gauge, which its closing session takes to zero).
+func (s *Sessions) Forget(m Mount) {
+	s.Close(m.Key())
+	s.metrics.Forget(m.Label())
+}
+
 // CloseAll closes every session, as the server stops: hijacked connections outlive the HTTP
 // server's shutdown otherwise.
 func (s *Sessions) CloseAll() {
