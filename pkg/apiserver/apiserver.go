@@ -17,6 +17,7 @@ import (
 	"github.com/kcp-dev/mount-apiserver/pkg/proxy"
 	mountsregistry "github.com/kcp-dev/mount-apiserver/pkg/registry/mounts"
 	secretsregistry "github.com/kcp-dev/mount-apiserver/pkg/registry/secrets"
+	"github.com/kcp-dev/mount-apiserver/pkg/tunnel/peers"
 )
 
 // Config is the configuration of a mount-apiserver, built by the command's options.
@@ -49,6 +50,8 @@ type ExtraConfig struct {
 	Status StatusConfig
 	// UnboundGC configures the collector of Mounts of unbound logical clusters (kcp mode).
 	UnboundGC UnboundGCConfig
+	// TunnelPeers, with a host, lets replicas reach tunnel sessions held by each other.
+	TunnelPeers *TunnelPeersConfig
 }
 
 type completedConfig struct {
@@ -141,6 +144,13 @@ func (c CompletedConfig) New() (*Server, error) {
 			leaseClient = c.Extra.HostClient
 		}
 		if err := generic.AddPostStartHook("start-mount-unbound-gc", startUnboundGC(gc, leaseClient)); err != nil {
+			return nil, fmt.Errorf("adding post-start hook: %w", err)
+		}
+	}
+
+	if tp := c.Extra.TunnelPeers; tp != nil && c.Extra.HostClient != nil {
+		generic.Handler.NonGoRestfulMux.Handle(peers.RelayPath, tp.Relay)
+		if err := generic.AddPostStartHook("start-tunnel-peers", startTunnelPeers(tp, c.Extra.HostClient)); err != nil {
 			return nil, fmt.Errorf("adding post-start hook: %w", err)
 		}
 	}

@@ -53,7 +53,7 @@ func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 func (r *Relay) serve(w http.ResponseWriter, req *http.Request) (string, int, string) {
 	ctx := req.Context()
 	peer := r.peer.Load()
-	if peer == nil {
+	if peer == nil || r.Local == nil {
 		return ResultNoSession, http.StatusServiceUnavailable, "this replica does not relay tunnel sessions yet"
 	}
 	u, ok := genericapirequest.UserFrom(ctx)

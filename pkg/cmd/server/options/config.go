@@ -2,17 +2,20 @@ package options
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/pem"
 	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/apis/apiserver"
 	"k8s.io/apiserver/pkg/authentication/request/anonymous"
@@ -43,6 +46,7 @@ import (
 	"github.com/kcp-dev/mount-apiserver/pkg/pki"
 	"github.com/kcp-dev/mount-apiserver/pkg/proxy"
 	"github.com/kcp-dev/mount-apiserver/pkg/targetpolicy"
+	"github.com/kcp-dev/mount-apiserver/pkg/tunnel/peers"
 )
 
 // publicPaths may be read without credentials: health and version, as in Kubernetes.
@@ -364,7 +368,69 @@ func (o CompletedOptions) applyDelegated(cfg *mountapiserver.Config, ca *pki.PKI
 		cfg.Extra.APIServiceName = o.APIServiceName
 		cfg.Extra.APIServiceCABundle = ca.CACertPEM
 	}
+	if cfg.Extra.TunnelPeers, err = o.tunnelPeers(hostConfig, cfg.Extra.HostClient, generic.SecureServing.Listener.Addr(), ca); err != nil {
+		return err
+	}
 	return nil
+}
+
+// tunnelPeers sets up how replicas reach tunnel sessions held by each other: Leases in the
+// namespace of the leader election, this replica's peer URL, and the hop, verified with
+// --tunnel-peer-ca-file or the CA of generated serving certificates.
+func (o CompletedOptions) tunnelPeers(hostConfig *rest.Config, host kubernetes.Interface, addr net.Addr, ca *pki.PKI) (*mountapiserver.TunnelPeersConfig, error) {
+	peerURL, err := o.peerURL(addr)
+	if err != nil {
+		return nil, err
+	}
+	hostname, _ := os.Hostname()
+	owners, err := peers.NewOwners(peers.OwnersConfig{
+		// The status controller's Lease client has its own rate limiter too; the sessions'
+		// renewals share this one, as they are few per second.
+		Client:    host,
+		Namespace: o.LeaderElection.ResourceNamespace,
+		Identity:  strings.TrimSuffix(hostname, ".") + "_" + uuid.NewString(),
+		PeerURL:   peerURL,
+	})
+	if err != nil {
+		return nil, err
+	}
+	tp := &mountapiserver.TunnelPeersConfig{Owners: owners, Relay: &peers.Relay{Metrics: peers.DefaultMetrics()}}
+	var cas *x509.CertPool
+	switch {
+	case o.TunnelPeers.PeerCAFile != "":
+		if cas, err = peers.LoadCAFile(o.TunnelPeers.PeerCAFile); err != nil {
+			return nil, fmt.Errorf("--tunnel-peer-ca-file: %w", err)
+		}
+	case o.GenerateCerts:
+		if cas, err = peers.ParseCAs(ca.CACertPEM); err != nil {
+			return nil, fmt.Errorf("the CA of the generated serving certificates: %w", err)
+		}
+	}
+	if cas != nil {
+		if tp.Hop, err = peers.NewHop(hostConfig, cas, 0, peers.DefaultMetrics()); err != nil {
+			return nil, err
+		}
+	}
+	return tp, nil
+}
+
+// peerURL is --tunnel-peer-url, or https://<advertise address>:<secure port>.
+func (o CompletedOptions) peerURL(addr net.Addr) (string, error) {
+	if o.TunnelPeers.PeerURL != "" {
+		return strings.TrimSuffix(o.TunnelPeers.PeerURL, "/"), nil
+	}
+	host := o.ServerRun.AdvertiseAddress
+	if host == nil || host.IsUnspecified() {
+		var err error
+		if host, err = o.SecureServing.DefaultExternalAddress(); err != nil {
+			return "", fmt.Errorf("deriving --tunnel-peer-url (set it, or --advertise-address): %w", err)
+		}
+	}
+	port := o.SecureServing.BindPort
+	if tcp, ok := addr.(*net.TCPAddr); ok {
+		port = tcp.Port
+	}
+	return "https://" + net.JoinHostPort(host.String(), strconv.Itoa(port)), nil
 }
 
 // hostConfig is the client configuration of the host cluster: --kubeconfig, or the pod's

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,6 +25,7 @@ import (
 	"github.com/kcp-dev/mount-apiserver/pkg/apiserver"
 	"github.com/kcp-dev/mount-apiserver/pkg/proxy"
 	"github.com/kcp-dev/mount-apiserver/pkg/targetpolicy"
+	"github.com/kcp-dev/mount-apiserver/pkg/tunnel/peers"
 )
 
 // Defaults of the standalone mode.
@@ -88,6 +90,8 @@ type Options struct {
 	StatusController bool
 	// LeaderElection elects the replica that writes status (delegated mode).
 	LeaderElection componentbaseconfig.LeaderElectionConfiguration
+	// TunnelPeers says how replicas reach tunnel sessions held by each other (delegated mode).
+	TunnelPeers *peers.Options
 
 	ServerRun     *genericoptions.ServerRunOptions
 	SecureServing *genericoptions.SecureServingOptionsWithLoopback
@@ -129,6 +133,7 @@ func NewOptions() *Options {
 		StatusWorkers:             16,
 		StatusController:          true,
 		Kcp:                       NewKcpOptions(),
+		TunnelPeers:               peers.NewOptions(),
 		LeaderElection: componentbaseconfig.LeaderElectionConfiguration{
 			LeaderElect:       true,
 			LeaseDuration:     metav1.Duration{Duration: 15 * time.Second},
@@ -192,6 +197,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.Int64Var(&o.EmbeddedEtcdQuotaBackendBytes, "embedded-etcd-quota-backend-bytes", o.EmbeddedEtcdQuotaBackendBytes,
 		"Size limit of the embedded etcd's database in bytes; 0 takes etcd's default (2 GiB). Ignored with --etcd-servers.")
 	o.Kcp.AddFlags(fss.FlagSet("kcp"))
+	o.TunnelPeers.AddFlags(fss.FlagSet("tunnel peers"))
 	o.ServerRun.AddUniversalFlags(fss.FlagSet("generic"))
 	o.SecureServing.AddFlags(fss.FlagSet("secure serving"))
 	o.Etcd.AddFlags(fss.FlagSet("etcd"))
@@ -246,6 +252,11 @@ func (o *Options) Complete() (CompletedOptions, error) {
 		}
 		if o.Authorization.RemoteKubeConfigFile == "" {
 			o.Authorization.RemoteKubeConfigFile = o.Kubeconfig
+		}
+		// The relay of tunnel sessions lets in only the replicas' own identity, which it
+		// checks itself: no SubjectAccessReview per hop, and no RBAC rule to grant.
+		if !slices.Contains(o.Authorization.AlwaysAllowPaths, peers.RelayPath) {
+			o.Authorization.AlwaysAllowPaths = append(o.Authorization.AlwaysAllowPaths, peers.RelayPath)
 		}
 	}
 	return CompletedOptions{&completedOptions{
@@ -313,6 +324,10 @@ func (o CompletedOptions) Validate() error {
 		errs = append(errs, errors.New("--apiservice-name publishes the CA of the generated serving certificate; it cannot be used with --tls-cert-file"))
 	}
 	errs = append(errs, o.Kcp.Validate(o.KcpMode)...)
+	errs = append(errs, o.TunnelPeers.Validate()...)
+	if !o.Delegated && (o.TunnelPeers.PeerURL != "" || o.TunnelPeers.PeerCAFile != "") {
+		errs = append(errs, errors.New("--tunnel-peer-url and --tunnel-peer-ca-file are for replicas of an aggregated server; a standalone server has no peers"))
+	}
 	// Logging is process-wide; the command applies it once, Validate only checks it.
 	errs = append(errs, logsapi.Validate(o.Logs, nil, nil).ToAggregate())
 	return utilerrors.NewAggregate(errs)
