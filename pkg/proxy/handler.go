@@ -31,6 +31,7 @@ import (
 	"github.com/kcp-dev/mount-apiserver/pkg/clusters"
 	"github.com/kcp-dev/mount-apiserver/pkg/kcp"
 	"github.com/kcp-dev/mount-apiserver/pkg/targetpolicy"
+	"github.com/kcp-dev/mount-apiserver/pkg/tunnel"
 )
 
 // Proxier serves the mounts/<name>/proxy subresource.
@@ -48,6 +49,9 @@ type Proxier struct {
 	// Workspaces resolves the workspaces of Workspace and Redirect mounts (kcp mode with
 	// --kcp-kubeconfig); nil serves neither type.
 	Workspaces kcp.WorkspaceResolver
+	// Tunnels reaches the targets of mounts with spec.tunnel through their agents' sessions
+	// (tunnel.go); nil serves no tunnel mounts.
+	Tunnels tunnel.Dialer
 	// buffers lends the copy buffers of plain requests.
 	buffers bufferPool
 

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -21,6 +22,8 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
+
+	"github.com/kcp-dev/mount-apiserver/pkg/tunnel"
 )
 
 // Labels and annotations of the ownership Leases.
@@ -323,6 +326,25 @@ func (o *Owners) sweep(ctx context.Context) {
 			metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &lease.UID, ResourceVersion: &lease.ResourceVersion}})
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			klog.FromContext(ctx).V(2).Info("Cannot delete an expired tunnel session Lease", "lease", lease.Name, "err", err)
+		}
+	}
+}
+
+// Follow returns a watcher for tunnel.Sessions.Watch that holds the Lease of each session
+// this replica holds, from its start until it ends or a newer session of its key replaces it.
+func (o *Owners) Follow(ctx context.Context) func(tunnel.Event) {
+	var mu sync.Mutex
+	held := map[string]func(){}
+	return func(e tunnel.Event) {
+		key := e.Mount.Key()
+		mu.Lock()
+		defer mu.Unlock()
+		if release, ok := held[key]; ok {
+			release()
+			delete(held, key)
+		}
+		if e.Connected {
+			held[key] = o.Hold(ctx, key)
 		}
 	}
 }

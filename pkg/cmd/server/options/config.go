@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -46,6 +45,7 @@ import (
 	"github.com/kcp-dev/mount-apiserver/pkg/pki"
 	"github.com/kcp-dev/mount-apiserver/pkg/proxy"
 	"github.com/kcp-dev/mount-apiserver/pkg/targetpolicy"
+	"github.com/kcp-dev/mount-apiserver/pkg/tunnel"
 	"github.com/kcp-dev/mount-apiserver/pkg/tunnel/peers"
 )
 
@@ -143,6 +143,9 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 		// Mounts of one target share a probe result for a third of the probe interval.
 		Probes: &proxy.ProbeCache{TTL: o.StatusProbeInterval / 3},
 	}
+	sessions := tunnel.NewSessions(tunnel.DefaultMetrics())
+	cfg.Extra.Proxier.Tunnels = sessions
+	cfg.Extra.Tunnel = mountapiserver.TunnelConfig{Sessions: sessions, AuthorizationInterval: o.Tunnel.AuthorizationInterval, ReplicaName: o.Tunnel.ReplicaName}
 	if err := o.applyKcpWorkspaces(cfg.Extra.Proxier); err != nil {
 		return nil, err
 	}
@@ -368,8 +371,14 @@ func (o CompletedOptions) applyDelegated(cfg *mountapiserver.Config, ca *pki.PKI
 		cfg.Extra.APIServiceName = o.APIServiceName
 		cfg.Extra.APIServiceCABundle = ca.CACertPEM
 	}
-	if cfg.Extra.TunnelPeers, err = o.tunnelPeers(hostConfig, cfg.Extra.HostClient, generic.SecureServing.Listener.Addr(), ca); err != nil {
-		return err
+	if sessions := cfg.Extra.Tunnel.Sessions; sessions != nil {
+		if cfg.Extra.TunnelPeers, err = o.tunnelPeers(hostConfig, cfg.Extra.HostClient, generic.SecureServing.Listener.Addr(), ca); err != nil {
+			return err
+		}
+		tp := cfg.Extra.TunnelPeers
+		tp.Relay.Local = sessions
+		// Sessions held here first, then the replica that holds the mount's.
+		cfg.Extra.Proxier.Tunnels = &peers.Dialer{Local: sessions, Owners: tp.Owners, Hop: tp.Hop}
 	}
 	return nil
 }
@@ -382,13 +391,12 @@ func (o CompletedOptions) tunnelPeers(hostConfig *rest.Config, host kubernetes.I
 	if err != nil {
 		return nil, err
 	}
-	hostname, _ := os.Hostname()
 	owners, err := peers.NewOwners(peers.OwnersConfig{
 		// The status controller's Lease client has its own rate limiter too; the sessions'
 		// renewals share this one, as they are few per second.
 		Client:    host,
 		Namespace: o.LeaderElection.ResourceNamespace,
-		Identity:  strings.TrimSuffix(hostname, ".") + "_" + uuid.NewString(),
+		Identity:  o.Tunnel.ReplicaName + "_" + uuid.NewString(),
 		PeerURL:   peerURL,
 	})
 	if err != nil {

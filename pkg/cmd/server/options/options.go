@@ -71,6 +71,8 @@ type Options struct {
 	KcpMode bool
 	// Kcp says how to meet kcp in kcp mode.
 	Kcp KcpOptions
+	// Tunnel configures agents' reverse tunnels.
+	Tunnel TunnelOptions
 	// ProxyAllowedTargets, if not empty, are the only targets mounts may name: CIDRs, IPs and
 	// host names ("*.example.com" for the names below), each but CIDRs with an optional port.
 	ProxyAllowedTargets []string
@@ -133,6 +135,7 @@ func NewOptions() *Options {
 		StatusWorkers:             16,
 		StatusController:          true,
 		Kcp:                       NewKcpOptions(),
+		Tunnel:                    NewTunnelOptions(),
 		TunnelPeers:               peers.NewOptions(),
 		LeaderElection: componentbaseconfig.LeaderElectionConfiguration{
 			LeaderElect:       true,
@@ -197,7 +200,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.Int64Var(&o.EmbeddedEtcdQuotaBackendBytes, "embedded-etcd-quota-backend-bytes", o.EmbeddedEtcdQuotaBackendBytes,
 		"Size limit of the embedded etcd's database in bytes; 0 takes etcd's default (2 GiB). Ignored with --etcd-servers.")
 	o.Kcp.AddFlags(fss.FlagSet("kcp"))
-	o.TunnelPeers.AddFlags(fss.FlagSet("tunnel peers"))
+	o.Tunnel.AddFlags(fss.FlagSet("tunnel"))
+	o.TunnelPeers.AddFlags(fss.FlagSet("tunnel"))
 	o.ServerRun.AddUniversalFlags(fss.FlagSet("generic"))
 	o.SecureServing.AddFlags(fss.FlagSet("secure serving"))
 	o.Etcd.AddFlags(fss.FlagSet("etcd"))
@@ -236,6 +240,7 @@ func (o *Options) Complete() (CompletedOptions, error) {
 		return CompletedOptions{}, fmt.Errorf("resolving --root-directory %q: %w", o.RootDirectory, err)
 	}
 	o.RootDirectory = root
+	o.Tunnel.Complete()
 	// Fix the effective version and feature gates now that flags are parsed.
 	if err := o.ServerRun.ComponentGlobalsRegistry.Set(); err != nil {
 		return CompletedOptions{}, fmt.Errorf("applying version and feature gate flags: %w", err)
@@ -324,6 +329,7 @@ func (o CompletedOptions) Validate() error {
 		errs = append(errs, errors.New("--apiservice-name publishes the CA of the generated serving certificate; it cannot be used with --tls-cert-file"))
 	}
 	errs = append(errs, o.Kcp.Validate(o.KcpMode)...)
+	errs = append(errs, o.Tunnel.Validate()...)
 	errs = append(errs, o.TunnelPeers.Validate()...)
 	if !o.Delegated && (o.TunnelPeers.PeerURL != "" || o.TunnelPeers.PeerCAFile != "") {
 		errs = append(errs, errors.New("--tunnel-peer-url and --tunnel-peer-ca-file are for replicas of an aggregated server; a standalone server has no peers"))
