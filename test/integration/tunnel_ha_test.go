@@ -4,16 +4,28 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
+	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
+	"github.com/kcp-dev/mount-apiserver/pkg/clusters"
 	"github.com/kcp-dev/mount-apiserver/pkg/tunnel"
+	"github.com/kcp-dev/mount-apiserver/pkg/tunnel/agent"
 	"github.com/kcp-dev/mount-apiserver/pkg/tunnel/peers"
 	"github.com/kcp-dev/mount-apiserver/test/integration/framework"
 )
@@ -80,4 +92,214 @@ func TestTunnelHARelay(t *testing.T) {
 	if err := hopAs(ctx, t, anonymous, r2, key, tunnel.AddressTarget); err == nil || !(strings.Contains(err.Error(), "(403)") || strings.Contains(err.Error(), "(401)")) {
 		t.Errorf("anonymous: got %v, want 401 or 403", err)
 	}
+}
+
+// TestTunnelHA runs two replicas of one aggregated server (one external etcd, one serving
+// CA, a forwarder standing in for the Service the host's aggregator dials) and a real target
+// kube-apiserver on loopback reached only through an agent. The agent reaches the hub through
+// a forwarder that sends it to the first live replica: replica 1. Then:
+//   - replica 1 records that it holds the session (a Lease naming it and its peer URL);
+//   - requests through replica 2, which holds no session, reach the target through the hop to
+//     replica 1; so do requests through the host's aggregator, whichever replica it picks;
+//   - replica 1 is killed (SIGKILL, its Lease left behind): requests get only 503 (never a
+//     hang into the dead owner), the agent reconnects to replica 2, which takes the Lease
+//     over, and requests work again; the test reports how long that took;
+//   - the agent stops: replica 2 releases the Lease.
+func TestTunnelHA(t *testing.T) {
+	start := time.Now()
+	ctx := klog.NewContext(context.Background(), klog.Background())
+	host, err := framework.StartKubeAPIServer(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(host.Stop)
+	target, err := framework.StartKubeAPIServer(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(target.Stop)
+	replicas := framework.StartReplicas(ctx, t, host, framework.BuildBinary(t), 2)
+	r1, r2 := replicas.Procs[0], replicas.Procs[1]
+	t.Logf("set-up ready after %v", time.Since(start).Round(time.Millisecond))
+
+	// A tunnel mount with Server credentials: the hub holds the target's kubeconfig.
+	kubeconfig, err := framework.KubeconfigBytes(target.AdminConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leakMust(t, leakErr(host.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "clusters"}}, metav1.CreateOptions{})))
+	leakMust(t, leakErr(host.Client.CoreV1().Secrets("clusters").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "edge"}, Data: map[string][]byte{"kubeconfig": kubeconfig}}, metav1.CreateOptions{})))
+	admin := leakMountsClient(t, host.AdminConfig)
+	mount, err := admin.MountsV1alpha1().Mounts().Create(ctx, &v1alpha1.Mount{ObjectMeta: metav1.ObjectMeta{Name: "edge"}, Spec: v1alpha1.MountSpec{
+		Type:   v1alpha1.MountTypeURL,
+		Ref:    v1alpha1.ObjectReference{Namespace: "clusters", Name: "edge"},
+		Tunnel: &v1alpha1.MountTunnel{Credentials: v1alpha1.TunnelCredentialsServer},
+	}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leakGrant(ctx, t, host.Client, "edge-agent", []rbacv1.PolicyRule{{
+		APIGroups: []string{"mounts.kcp.io"}, Resources: []string{"mounts/attach"}, Verbs: []string{"get", "create"}, ResourceNames: []string{"edge"},
+	}}, rbacv1.Subject{Kind: rbacv1.UserKind, Name: "edge-agent"})
+
+	// The agent's way to the hub: the first live replica.
+	hub, err := framework.StartForwarder()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(hub.Close)
+	hub.SetFailover(true)
+	hub.SetBackends(strings.TrimPrefix(r1.URL, "https://"), strings.TrimPrefix(r2.URL, "https://"))
+	agentHub, err := host.UserConfig("edge-agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentHub.Host, agentHub.CAData = "https://"+hub.Addr(), r1.CAData
+	attachURL, err := agent.AttachURL(agentHub.Host, "", "edge")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ag, err := agent.New(&agent.Config{Hub: agentHub, AttachURL: attachURL, Mount: "edge", Target: strings.TrimPrefix(target.URL, "https://"), MaxBackoff: agent.DefaultMaxBackoff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentCtx, stopAgent := context.WithCancel(ctx)
+	agentDone := make(chan struct{})
+	go func() {
+		defer close(agentDone)
+		_ = ag.Run(agentCtx)
+	}()
+	t.Cleanup(func() { stopAgent(); <-agentDone })
+
+	leases := host.Client.CoordinationV1().Leases(framework.Namespace)
+	leaseName := peers.LeaseName(tunnel.SessionKey(clusters.DefaultCluster, mount.UID))
+	waitHolder := func(prefix, peerURL string) time.Time {
+		t.Helper()
+		var last string
+		if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			lease, err := leases.Get(ctx, leaseName, metav1.GetOptions{})
+			if err != nil {
+				last = err.Error()
+				return false, nil
+			}
+			holder := ptr.Deref(lease.Spec.HolderIdentity, "")
+			last = holder + " at " + lease.Annotations[peers.AnnotationPeerURL]
+			return strings.HasPrefix(holder, prefix) && lease.Annotations[peers.AnnotationPeerURL] == peerURL, nil
+		}); err != nil {
+			t.Fatalf("Lease %s/%s: want holder %s* at %s, last %s", framework.Namespace, leaseName, prefix, peerURL, last)
+		}
+		return time.Now()
+	}
+	waitHolder("replica-1_", r1.URL)
+
+	direct := func(p *framework.Process) *rest.Config {
+		cfg := rest.CopyConfig(host.AdminConfig)
+		cfg.Host, cfg.CAData = p.URL, p.CAData
+		return cfg
+	}
+	get := func(cfg *rest.Config) (int, string) {
+		t.Helper()
+		client, err := rest.HTTPClientFor(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		client.Timeout = 30 * time.Second
+		resp, err := client.Get(cfg.Host + "/apis/mounts.kcp.io/v1alpha1/mounts/edge/proxy/version")
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		return resp.StatusCode, string(body)
+	}
+	mustServe := func(what string, cfg *rest.Config) {
+		t.Helper()
+		code, body := get(cfg)
+		if code != http.StatusOK || !strings.Contains(body, `"gitVersion"`) {
+			t.Fatalf("%s: %d %s", what, code, body)
+		}
+	}
+	mustServe("replica 1 (holds the session)", direct(r1))
+	for i := range 5 {
+		mustServe(fmt.Sprintf("replica 2 (hop to replica 1), request %d", i), direct(r2))
+	}
+	for i := range 4 {
+		mustServe(fmt.Sprintf("the host's aggregator, request %d", i), host.AdminConfig)
+	}
+	if n := metricValue(t, direct(r2), `mount_tunnel_peer_hops_total{result="ok"}`); n < 5 {
+		t.Errorf("replica 2 counted %v hops, want at least 5", n)
+	}
+	if n := metricValue(t, direct(r1), `mount_tunnel_peer_relays_total{result="ok"}`); n < 5 {
+		t.Errorf("replica 1 counted %v relays, want at least 5", n)
+	}
+
+	// Replica 1 dies holding the session and the Lease.
+	killed := time.Now()
+	if err := r1.Cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-r1.Exited()
+	codes := map[int]int{}
+	var firstOK time.Time
+	var slowest time.Duration
+	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		begin := time.Now()
+		code, body := get(direct(r2))
+		slowest = max(slowest, time.Since(begin))
+		codes[code]++
+		switch code {
+		case http.StatusOK:
+			firstOK = time.Now()
+			return true, nil
+		case http.StatusServiceUnavailable:
+			if !strings.Contains(body, "edge") {
+				t.Errorf("a 503 that does not name the mount: %s", body)
+			}
+			return false, nil
+		default:
+			t.Errorf("while the agent moves: %d %s", code, body)
+			return false, nil
+		}
+	}); err != nil {
+		t.Fatalf("requests through replica 2 never worked again: %v (codes %v)", err, codes)
+	}
+	tookOver := waitHolder("replica-2_", r2.URL)
+	mustServe("the host's aggregator after the failover", host.AdminConfig)
+	t.Logf("replica 1 killed: requests through replica 2 work again after %v (answers meanwhile %v, slowest %v); replica 2 holds the Lease after %v",
+		firstOK.Sub(killed).Round(time.Millisecond), codes, slowest.Round(time.Millisecond), tookOver.Sub(killed).Round(time.Millisecond))
+
+	// The session ends: its owner releases the Lease.
+	stopAgent()
+	<-agentDone
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := leases.Get(ctx, leaseName, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		t.Errorf("the Lease outlived the session: %v", err)
+	}
+	if code, body := get(direct(r2)); code != http.StatusServiceUnavailable {
+		t.Errorf("no agent anywhere: %d %s, want 503", code, body)
+	}
+}
+
+// metricValue reads one sample of the server's /metrics (0 if absent).
+func metricValue(t *testing.T, cfg *rest.Config, series string) float64 {
+	t.Helper()
+	client, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := client.Get(cfg.Host + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(body), "\n") {
+		if rest, ok := strings.CutPrefix(line, series+" "); ok {
+			v, _ := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+			return v
+		}
+	}
+	return 0
 }

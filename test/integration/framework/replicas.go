@@ -105,12 +105,14 @@ func copyDir(from, to string) error {
 }
 
 // Forwarder is a TCP forwarder on loopback standing in for a Service: each connection goes to
-// the next backend that accepts it, round robin, so a dead backend is skipped.
+// the next backend that accepts it, round robin, so a dead backend is skipped; in failover
+// mode to the first backend that accepts it.
 type Forwarder struct {
 	listener net.Listener
 
 	mu       sync.Mutex
 	backends []string
+	failover bool
 	next     int
 	conns    map[net.Conn]struct{}
 	closed   bool
@@ -134,6 +136,13 @@ func (f *Forwarder) Port() int { return f.listener.Addr().(*net.TCPAddr).Port }
 
 // Addr is 127.0.0.1:<port>.
 func (f *Forwarder) Addr() string { return f.listener.Addr().String() }
+
+// SetFailover sends each new connection to the first backend that accepts it.
+func (f *Forwarder) SetFailover(on bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failover = on
+}
 
 // SetBackends replaces the backends (host:port); connections already forwarded stay.
 func (f *Forwarder) SetBackends(backends ...string) {
@@ -182,6 +191,9 @@ func (f *Forwarder) forward(c net.Conn) {
 	defer c.Close()
 	f.mu.Lock()
 	backends, start := f.backends, f.next
+	if f.failover {
+		start = 0
+	}
 	f.next++
 	f.mu.Unlock()
 	var b net.Conn

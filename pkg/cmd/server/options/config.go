@@ -427,7 +427,12 @@ func (o CompletedOptions) peerURL(addr net.Addr) (string, error) {
 	if o.TunnelPeers.PeerURL != "" {
 		return strings.TrimSuffix(o.TunnelPeers.PeerURL, "/"), nil
 	}
+	// The advertise address, else the bound one (loopback included: then only replicas on
+	// this host are peers), else the address of the default route's interface.
 	host := o.ServerRun.AdvertiseAddress
+	if host == nil || host.IsUnspecified() {
+		host = o.SecureServing.BindAddress
+	}
 	if host == nil || host.IsUnspecified() {
 		var err error
 		if host, err = o.SecureServing.DefaultExternalAddress(); err != nil {
