@@ -43,13 +43,16 @@ func (r *Relay) SetPeerIdentity(name string) {
 
 func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	result, code, msg := r.serve(w, req)
-	r.Metrics.relay(result)
+	if result != "" {
+		r.Metrics.relay(result)
+	}
 	if code != 0 {
 		writeStatus(w, code, msg)
 	}
 }
 
-// serve relays the hop, or returns the code and message of its refusal.
+// serve relays the hop, or returns the result, code and message of its refusal. A relay
+// counts itself (result "").
 func (r *Relay) serve(w http.ResponseWriter, req *http.Request) (string, int, string) {
 	ctx := req.Context()
 	peer := r.peer.Load()
@@ -100,8 +103,10 @@ func (r *Relay) serve(w http.ResponseWriter, req *http.Request) (string, int, st
 	if brw != nil && brw.Reader.Buffered() > 0 {
 		in = io.MultiReader(io.LimitReader(brw.Reader, int64(brw.Reader.Buffered())), conn)
 	}
+	// Counted when relaying starts: a relayed connection may live for hours.
+	r.Metrics.relay(ResultOK)
 	splice(ctx, conn, in, local)
-	return ResultOK, 0, ""
+	return "", 0, ""
 }
 
 // splice copies both ways until either side ends or ctx does (the server stops), then
