@@ -6,12 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -51,7 +55,8 @@ func hopAs(ctx context.Context, t *testing.T, cfg *rest.Config, replica *framewo
 // tenant with a valid host identity, and an anonymous caller, are refused before any session
 // is looked at; the replicas' own identity asking for an address other than the two an agent
 // maps is refused too (it would end the agent's whole session); asking for a session nobody
-// holds is 503.
+// holds is 503. A Lease whose owner does not answer, or whose peer URL leads to a server
+// the replicas' CA did not sign, gets 503 and never a hang or the hop's credentials.
 func TestTunnelHARelay(t *testing.T) {
 	ctx := klog.NewContext(context.Background(), klog.Background())
 	host, err := framework.StartKubeAPIServer(ctx, t.TempDir())
@@ -92,6 +97,119 @@ func TestTunnelHARelay(t *testing.T) {
 	if err := hopAs(ctx, t, anonymous, r2, key, tunnel.AddressTarget); err == nil || !(strings.Contains(err.Error(), "(403)") || strings.Contains(err.Error(), "(401)")) {
 		t.Errorf("anonymous: got %v, want 401 or 403", err)
 	}
+
+	// A Lease naming an owner that does not answer (dead with its Lease left behind, or a
+	// peer URL leading nowhere), then one whose peer URL leads to a server that the replicas'
+	// CA did not sign: requests get 503, and the impostor never sees a request (the hop's
+	// credentials go only where TLS verified the peer).
+	kubeconfig, err := framework.KubeconfigBytes(host.AdminConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leakMust(t, leakErr(host.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "clusters"}}, metav1.CreateOptions{})))
+	leakMust(t, leakErr(host.Client.CoreV1().Secrets("clusters").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "ghost"}, Data: map[string][]byte{"kubeconfig": kubeconfig}}, metav1.CreateOptions{})))
+	ghost, err := leakMountsClient(t, host.AdminConfig).MountsV1alpha1().Mounts().Create(ctx, &v1alpha1.Mount{ObjectMeta: metav1.ObjectMeta{Name: "ghost"}, Spec: v1alpha1.MountSpec{
+		Type:   v1alpha1.MountTypeURL,
+		Ref:    v1alpha1.ObjectReference{Namespace: "clusters", Name: "ghost"},
+		Tunnel: &v1alpha1.MountTunnel{Credentials: v1alpha1.TunnelCredentialsServer},
+	}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leakGrant(ctx, t, host.Client, "ghost-user", []rbacv1.PolicyRule{{
+		APIGroups: []string{"mounts.kcp.io"}, Resources: []string{"mounts/proxy"}, Verbs: []string{"get"}, ResourceNames: []string{"ghost"},
+	}}, rbacv1.Subject{Kind: rbacv1.UserKind, Name: "ghost-user"})
+	caller, err := host.UserConfig("ghost-user")
+	if err != nil {
+		t.Fatal(err)
+	}
+	caller.Host, caller.CAData = r2.URL, r2.CAData
+	adminR2 := rest.CopyConfig(host.AdminConfig)
+	adminR2.Host, adminR2.CAData = r2.URL, r2.CAData
+
+	blackHole, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = blackHole.Close() })
+	held := make(chan net.Conn, 16)
+	go func() {
+		for {
+			c, err := blackHole.Accept()
+			if err != nil {
+				return
+			}
+			held <- c // accepted, never answered
+		}
+	}()
+	t.Cleanup(func() {
+		for {
+			select {
+			case c := <-held:
+				_ = c.Close()
+			default:
+				return
+			}
+		}
+	})
+	var impostorRequests atomic.Int32
+	impostor := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		impostorRequests.Add(1)
+		w.WriteHeader(http.StatusSwitchingProtocols)
+	}))
+	t.Cleanup(impostor.Close)
+
+	ghostKey := tunnel.SessionKey(clusters.DefaultCluster, ghost.UID)
+	leases := host.Client.CoordinationV1().Leases(framework.Namespace)
+	for i, peerURL := range []string{"https://" + blackHole.Addr().String(), impostor.URL} {
+		lease := &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: peers.LeaseName(ghostKey), Namespace: framework.Namespace,
+				Labels:      map[string]string{peers.LabelSession: "true"},
+				Annotations: map[string]string{peers.AnnotationPeerURL: peerURL, peers.AnnotationSessionKey: ghostKey, peers.AnnotationSessionID: "ghost"}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("ghost-replica"), LeaseDurationSeconds: ptr.To[int32](3600), RenewTime: ptr.To(metav1.NewMicroTime(time.Now()))},
+		}
+		if i == 0 {
+			leakMust(t, leakErr(leases.Create(ctx, lease, metav1.CreateOptions{})))
+		} else {
+			current, err := leases.Get(ctx, lease.Name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			lease.ResourceVersion = current.ResourceVersion
+			leakMust(t, leakErr(leases.Update(ctx, lease, metav1.UpdateOptions{})))
+		}
+		// Until replica 2 has seen the Lease, it finds no owner: 503 as well.
+		want := float64(i + 1)
+		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+			code, body := proxyGet(t, caller, "ghost", "/version")
+			if code != http.StatusServiceUnavailable {
+				t.Errorf("owner at %s: %d %s, want 503", peerURL, code, body)
+			}
+			return metricValue(t, adminR2, `mount_tunnel_peer_hops_total{result="unreachable"}`) >= want, nil
+		}); err != nil {
+			t.Fatalf("replica 2 never tried the owner at %s: %v", peerURL, err)
+		}
+	}
+	if n := impostorRequests.Load(); n != 0 {
+		t.Errorf("the impostor peer got %d requests", n)
+	}
+}
+
+// proxyGet GETs path through mount name's proxy at cfg.Host.
+func proxyGet(t *testing.T, cfg *rest.Config, name, path string) (int, string) {
+	t.Helper()
+	client, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client.Timeout = 30 * time.Second
+	resp, err := client.Get(cfg.Host + "/apis/mounts.kcp.io/v1alpha1/mounts/" + name + "/proxy" + path)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	return resp.StatusCode, string(body)
 }
 
 // TestTunnelHA runs two replicas of one aggregated server (one external etcd, one serving
@@ -212,18 +330,7 @@ func TestTunnelHA(t *testing.T) {
 	}
 	get := func(cfg *rest.Config) (int, string) {
 		t.Helper()
-		client, err := rest.HTTPClientFor(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		client.Timeout = 30 * time.Second
-		resp, err := client.Get(cfg.Host + "/apis/mounts.kcp.io/v1alpha1/mounts/edge/proxy/version")
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		return resp.StatusCode, string(body)
+		return proxyGet(t, cfg, "edge", "/version")
 	}
 	mustServe := func(what string, cfg *rest.Config) {
 		t.Helper()
