@@ -159,8 +159,9 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, fmt.Errorf("adding post-start hook: %w", err)
 	}
 
+	var agents *agentconnected.Controller
 	if sessions != nil {
-		agents := agentconnected.New(sessions, c.Extra.Tunnel.ReplicaName)
+		agents = agentconnected.New(sessions, c.Extra.Tunnel.ReplicaName)
 		sessions.Watch(agents.Observe)
 		if err := generic.AddPostStartHook("start-mount-agent-connected", func(hookCtx genericapiserver.PostStartHookContext) error {
 			client, err := clientset.NewForConfig(hookCtx.LoopbackClientConfig)
@@ -201,7 +202,9 @@ func (c CompletedConfig) New() (*Server, error) {
 	if tp := c.Extra.TunnelPeers; tp != nil && c.Extra.HostClient != nil && sessions != nil {
 		// Sessions are recorded from the first on, before the post-start hooks run; they
 		// are released when they end, at the latest when the server closes them all.
-		sessions.Watch(tp.Owners.Follow(klog.NewContext(context.Background(), klog.Background().WithName("tunnel-peers"))))
+		// Each renewal reports the session again: the leader's status controller, probing
+		// before it could know of a new session, may have said that no agent is connected.
+		sessions.Watch(tp.Owners.Follow(klog.NewContext(context.Background(), klog.Background().WithName("tunnel-peers")), agents.Observe))
 		generic.Handler.NonGoRestfulMux.Handle(peers.RelayPath, tp.Relay)
 		if err := generic.AddPostStartHook("start-tunnel-peers", startTunnelPeers(tp, c.Extra.HostClient)); err != nil {
 			return nil, fmt.Errorf("adding post-start hook: %w", err)

@@ -19,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
@@ -309,6 +310,13 @@ func TestTunnelHA(t *testing.T) {
 		return time.Now()
 	}
 	waitHolder("replica-1_", r1.URL)
+	connectedTo := func(replica string) func(*v1alpha1.Mount) bool {
+		return func(m *v1alpha1.Mount) bool {
+			c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.ConditionAgentConnected)
+			return c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, `"`+replica+`"`)
+		}
+	}
+	leakWaitMount(ctx, t, admin, "edge", connectedTo("replica-1"))
 
 	// A caller of the mount (the mount impersonates its callers on the target).
 	leakGrant(ctx, t, host.Client, "edge-user", []rbacv1.PolicyRule{{
@@ -384,6 +392,7 @@ func TestTunnelHA(t *testing.T) {
 		t.Fatalf("requests through replica 2 never worked again: %v (codes %v)", err, codes)
 	}
 	tookOver := waitHolder("replica-2_", r2.URL)
+	leakWaitMount(ctx, t, admin, "edge", connectedTo("replica-2"))
 	mustServe("the host's aggregator after the failover", user)
 	t.Logf("replica 1 killed: requests through replica 2 work again after %v (answers meanwhile %v, slowest %v); replica 2 holds the Lease after %v",
 		firstOK.Sub(killed).Round(time.Millisecond), codes, slowest.Round(time.Millisecond), tookOver.Sub(killed).Round(time.Millisecond))

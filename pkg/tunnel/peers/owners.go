@@ -167,15 +167,15 @@ func (o *Owners) Owner(key string) (Peer, bool) {
 // Hold records that this replica holds the session of key, taking the Lease over from any
 // other holder (the newest session wins, as on one replica), and renews it until release is
 // called or ctx ends; then it deletes the Lease unless a newer session took it meanwhile.
-// release does not wait for the delete.
-func (o *Owners) Hold(ctx context.Context, key string) (release func()) {
+// release does not wait for the delete. renewed, if not nil, is called after each renewal.
+func (o *Owners) Hold(ctx context.Context, key string, renewed func()) (release func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	id := uuid.NewString()
-	go o.hold(ctx, key, id)
+	go o.hold(ctx, key, id, renewed)
 	return cancel
 }
 
-func (o *Owners) hold(ctx context.Context, key, id string) {
+func (o *Owners) hold(ctx context.Context, key, id string, renewed func()) {
 	logger := klog.FromContext(ctx).WithValues("sessionKey", key, "lease", LeaseName(key))
 	ctx = klog.NewContext(ctx, logger)
 	defer o.release(ctx, key, id)
@@ -194,12 +194,14 @@ func (o *Owners) hold(ctx context.Context, key, id string) {
 				claimed = true
 				logger.V(2).Info("Recorded this replica as the owner of a tunnel session")
 			}
-		} else if err := o.write(ctx, key, id, false); err != nil && ctx.Err() == nil {
-			if errors.Is(err, errSuperseded) {
-				logger.V(2).Info("A newer session of the tunnel is held elsewhere; not renewing")
-			} else {
-				logger.Error(err, "Cannot renew the ownership of a tunnel session")
+		} else if err := o.write(ctx, key, id, false); err == nil {
+			if renewed != nil {
+				renewed()
 			}
+		} else if errors.Is(err, errSuperseded) {
+			logger.V(2).Info("A newer session of the tunnel is held elsewhere; not renewing")
+		} else if ctx.Err() == nil {
+			logger.Error(err, "Cannot renew the ownership of a tunnel session")
 		}
 		select {
 		case <-ctx.Done():
@@ -332,7 +334,10 @@ func (o *Owners) sweep(ctx context.Context) {
 
 // Follow returns a watcher for tunnel.Sessions.Watch that holds the Lease of each session
 // this replica holds, from its start until it ends or a newer session of its key replaces it.
-func (o *Owners) Follow(ctx context.Context) func(tunnel.Event) {
+// renewed, if not nil, gets the session's start event again after each renewal: what reports
+// the session (the AgentConnected condition) says so again, in case another replica that had
+// not seen the session yet said otherwise.
+func (o *Owners) Follow(ctx context.Context, renewed func(tunnel.Event)) func(tunnel.Event) {
 	var mu sync.Mutex
 	held := map[string]func(){}
 	return func(e tunnel.Event) {
@@ -344,7 +349,11 @@ func (o *Owners) Follow(ctx context.Context) func(tunnel.Event) {
 			delete(held, key)
 		}
 		if e.Connected {
-			held[key] = o.Hold(ctx, key)
+			var again func()
+			if renewed != nil {
+				again = func() { renewed(e) }
+			}
+			held[key] = o.Hold(ctx, key, again)
 		}
 	}
 }
