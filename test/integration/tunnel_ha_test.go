@@ -309,7 +309,7 @@ func TestTunnelHA(t *testing.T) {
 		}
 		return time.Now()
 	}
-	waitHolder("replica-1_", r1.URL)
+	attached := waitHolder("replica-1_", r1.URL)
 	connectedTo := func(replica string) func(*v1alpha1.Mount) bool {
 		return func(m *v1alpha1.Mount) bool {
 			c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.ConditionAgentConnected)
@@ -317,6 +317,7 @@ func TestTunnelHA(t *testing.T) {
 		}
 	}
 	leakWaitMount(ctx, t, admin, "edge", connectedTo("replica-1"))
+	t.Logf("AgentConnected names replica 1 %v after its Lease did (the leader's first probe may say no agent before it knows the session; the next renewal reports it again)", time.Since(attached).Round(time.Millisecond))
 
 	// A caller of the mount (the mount impersonates its callers on the target).
 	leakGrant(ctx, t, host.Client, "edge-user", []rbacv1.PolicyRule{{
@@ -393,6 +394,7 @@ func TestTunnelHA(t *testing.T) {
 	}
 	tookOver := waitHolder("replica-2_", r2.URL)
 	leakWaitMount(ctx, t, admin, "edge", connectedTo("replica-2"))
+	t.Logf("AgentConnected names replica 2 %v after replica 1 was killed", time.Since(killed).Round(time.Millisecond))
 	mustServe("the host's aggregator after the failover", user)
 	t.Logf("replica 1 killed: requests through replica 2 work again after %v (answers meanwhile %v, slowest %v); replica 2 holds the Lease after %v",
 		firstOK.Sub(killed).Round(time.Millisecond), codes, slowest.Round(time.Millisecond), tookOver.Sub(killed).Round(time.Millisecond))

@@ -12,7 +12,7 @@ import (
 // Options are the command-line options of the hop between replicas.
 type Options struct {
 	// PeerURL is the URL under which other replicas reach this one; empty derives
-	// https://<advertise address>:<secure port>.
+	// https://<advertise or bind address>:<secure port>.
 	PeerURL string
 	// PeerCAFile verifies the serving certificates of other replicas; empty takes the CA of
 	// the generated serving certificates, if the server made them.
@@ -27,7 +27,7 @@ func NewOptions() *Options {
 // AddFlags adds the flags to fs (the "tunnel peers" flag set).
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.PeerURL, "tunnel-peer-url", o.PeerURL,
-		"URL under which the other replicas reach this one to use an agent's tunnel session held here (aggregated mode). Defaults to https://<advertise address>:<secure port>; the serving certificate must cover its host.")
+		"URL under which the other replicas reach this one to use an agent's tunnel session held here (aggregated mode). Defaults to https://<address>:<secure port> with --advertise-address, else --bind-address unless it is 0.0.0.0 or ::, else the address of the default route's interface (a pod's IP); the serving certificate must cover it (--serving-cert-hosts).")
 	fs.StringVar(&o.PeerCAFile, "tunnel-peer-ca-file", o.PeerCAFile,
 		"PEM bundle of the CAs that sign the other replicas' serving certificates, to verify them on the hop to the replica that holds a tunnel session. Defaults to the CA of the generated serving certificate (replicas sharing one PKI); without either, requests for sessions held by other replicas get 503.")
 }
