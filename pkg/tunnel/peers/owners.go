@@ -45,6 +45,9 @@ const (
 	DefaultRenewPeriod   = 20 * time.Second
 	// releaseTimeout bounds the delete of a Lease after its session ended.
 	releaseTimeout = 5 * time.Second
+	// reportAfterClaim is when a new session is reported again after its Lease was written:
+	// enough for the other replicas' watches to have it.
+	reportAfterClaim = time.Second
 )
 
 // LeaseName is the name of the Lease of a session key: a hash, since keys hold characters
@@ -184,6 +187,7 @@ func (o *Owners) hold(ctx context.Context, key, id string, renewed func()) {
 	// The claim is retried on every tick until it succeeds: until then the session is served
 	// only by this replica.
 	claimed := false
+	var reportSoon <-chan time.Time
 	for {
 		if !claimed {
 			if err := o.write(ctx, key, id, true); err != nil {
@@ -193,6 +197,9 @@ func (o *Owners) hold(ctx context.Context, key, id string, renewed func()) {
 			} else {
 				claimed = true
 				logger.V(2).Info("Recorded this replica as the owner of a tunnel session")
+				if renewed != nil {
+					reportSoon = time.After(reportAfterClaim)
+				}
 			}
 		} else if err := o.write(ctx, key, id, false); err == nil {
 			if renewed != nil {
@@ -203,10 +210,17 @@ func (o *Owners) hold(ctx context.Context, key, id string, renewed func()) {
 		} else if ctx.Err() == nil {
 			logger.Error(err, "Cannot renew the ownership of a tunnel session")
 		}
+	wait:
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-reportSoon:
+			// Others have seen the Lease by now: a report they contradicted before it
+			// existed is made again.
+			reportSoon = nil
+			renewed()
+			goto wait
 		}
 	}
 }
