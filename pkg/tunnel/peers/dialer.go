@@ -3,7 +3,10 @@ package peers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"sync"
+	"time"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/tunnel"
 )
@@ -21,7 +24,19 @@ type Dialer struct {
 	Owners OwnerLookup
 	// Hop reaches other replicas; nil serves local sessions only.
 	Hop *Hop
+
+	mu sync.Mutex
+	// down are owners that did not answer a hop, until when they are not tried again: a
+	// dead node's address swallows packets, and each request would wait out the hop's
+	// timeout until the agent has moved and its new owner took the Lease over.
+	down map[string]time.Time
 }
+
+// ownerDownFor is how long an owner that did not answer is not tried again.
+const ownerDownFor = 2 * time.Second
+
+// maxDown bounds the owners remembered as down.
+const maxDown = 1024
 
 var _ tunnel.Dialer = &Dialer{}
 
@@ -35,5 +50,43 @@ func (d *Dialer) DialContext(ctx context.Context, key, address string) (net.Conn
 	if !ok {
 		return nil, err
 	}
-	return d.Hop.Dial(ctx, peer, key, address)
+	if d.isDown(peer.URL) {
+		return nil, fmt.Errorf("%w: %w %s (a moment ago)", tunnel.ErrNoSession, ErrOwnerUnreachable, peer.URL)
+	}
+	conn, err = d.Hop.Dial(ctx, peer, key, address)
+	if errors.Is(err, ErrOwnerUnreachable) && ctx.Err() == nil {
+		d.markDown(peer.URL)
+	}
+	return conn, err
+}
+
+func (d *Dialer) isDown(url string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	until, ok := d.down[url]
+	if ok && time.Now().After(until) {
+		delete(d.down, url)
+		return false
+	}
+	return ok
+}
+
+func (d *Dialer) markDown(url string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.down == nil {
+		d.down = map[string]time.Time{}
+	}
+	if len(d.down) >= maxDown {
+		now := time.Now()
+		for u, until := range d.down {
+			if now.After(until) {
+				delete(d.down, u)
+			}
+		}
+		if len(d.down) >= maxDown {
+			return
+		}
+	}
+	d.down[url] = time.Now().Add(ownerDownFor)
 }

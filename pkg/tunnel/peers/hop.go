@@ -35,6 +35,9 @@ const RelayProtocol = "mounts.kcp.io-tunnel-relay"
 // treated as gone (503), and the agent's reconnect is what fixes it.
 const DefaultHopTimeout = 3 * time.Second
 
+// ErrOwnerUnreachable: the replica recorded as holding a session did not answer the hop.
+var ErrOwnerUnreachable = errors.New("the replica that holds the session does not answer at")
+
 // maxRefusalBody bounds what is read of an owner's refusal.
 const maxRefusalBody = 4 << 10
 
@@ -108,7 +111,7 @@ func (h *Hop) dial(ctx context.Context, peer Peer, key, address string) (net.Con
 	resp, err := rt.RoundTrip(req)
 	if err != nil {
 		// Dead, restarting or partitioned: the agent reconnects elsewhere; meanwhile, retry.
-		return nil, ResultUnreachable, fmt.Errorf("%w: the replica %s that holds the session does not answer: %v", tunnel.ErrNoSession, peer.URL, err)
+		return nil, ResultUnreachable, fmt.Errorf("%w: %w %s: %v", tunnel.ErrNoSession, ErrOwnerUnreachable, peer.URL, err)
 	}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		if c, ok := resp.Body.(net.Conn); ok {
