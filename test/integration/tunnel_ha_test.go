@@ -183,7 +183,7 @@ func TestTunnelHARelay(t *testing.T) {
 		// Until replica 2 has seen the Lease, it finds no owner: 503 as well.
 		want := float64(i + 1)
 		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-			code, body := proxyGet(t, caller, "ghost", "/version")
+			code, body := haProxyGet(t, caller, "ghost", "/version")
 			if code != http.StatusServiceUnavailable {
 				t.Errorf("owner at %s: %d %s, want 503", peerURL, code, body)
 			}
@@ -197,8 +197,8 @@ func TestTunnelHARelay(t *testing.T) {
 	}
 }
 
-// proxyGet GETs path through mount name's proxy at cfg.Host.
-func proxyGet(t *testing.T, cfg *rest.Config, name, path string) (int, string) {
+// haProxyGet GETs path through mount name's proxy at cfg.Host.
+func haProxyGet(t *testing.T, cfg *rest.Config, name, path string) (int, string) {
 	t.Helper()
 	client, err := rest.HTTPClientFor(cfg)
 	if err != nil {
@@ -340,7 +340,7 @@ func TestTunnelHA(t *testing.T) {
 	}
 	get := func(cfg *rest.Config) (int, string) {
 		t.Helper()
-		return proxyGet(t, cfg, "edge", "/version")
+		return haProxyGet(t, cfg, "edge", "/version")
 	}
 	mustServe := func(what string, cfg *rest.Config) {
 		t.Helper()
