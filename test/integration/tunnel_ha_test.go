@@ -30,6 +30,7 @@ import (
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
 	"github.com/kcp-dev/mount-apiserver/pkg/clusters"
+	"github.com/kcp-dev/mount-apiserver/pkg/cmd/server/options"
 	"github.com/kcp-dev/mount-apiserver/pkg/tunnel"
 	"github.com/kcp-dev/mount-apiserver/pkg/tunnel/agent"
 	"github.com/kcp-dev/mount-apiserver/pkg/tunnel/peers"
@@ -42,7 +43,7 @@ func hopAs(ctx context.Context, t *testing.T, cfg *rest.Config, replica *framewo
 	t.Helper()
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(replica.CAData)
-	hop, err := peers.NewHop(cfg, pool, 0, nil)
+	hop, err := peers.NewHop(cfg, pool, "", 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +239,9 @@ func TestTunnelHA(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(target.Stop)
-	replicas := framework.StartReplicas(ctx, t, host, framework.BuildBinary(t), 2)
+	// The replicas verify each other by the Service name their shared certificate covers, as
+	// replicas of a Deployment dialing pod IPs would.
+	replicas := framework.StartReplicas(ctx, t, host, framework.BuildBinary(t), 2, "--tunnel-peer-server-name="+options.DefaultServingCertHosts[0])
 	r1, r2 := replicas.Procs[0], replicas.Procs[1]
 	t.Logf("set-up ready after %v", time.Since(start).Round(time.Millisecond))
 

@@ -46,14 +46,17 @@ const maxRefusalBody = 4 << 10
 // which the owner's delegated authentication accepts), upgraded to a raw connection.
 type Hop struct {
 	tlsConfig *tls.Config
-	wrap      func(http.RoundTripper) (http.RoundTripper, error)
-	timeout   time.Duration
-	metrics   *Metrics
+	// serverName, if set, is verified instead of the peer URL's host.
+	serverName string
+	wrap       func(http.RoundTripper) (http.RoundTripper, error)
+	timeout    time.Duration
+	metrics    *Metrics
 }
 
 // NewHop returns a Hop that authenticates as host (the replica's host kubeconfig or
-// ServiceAccount) and trusts peerCAs only. timeout 0 takes DefaultHopTimeout.
-func NewHop(host *rest.Config, peerCAs *x509.CertPool, timeout time.Duration, m *Metrics) (*Hop, error) {
+// ServiceAccount) and trusts peerCAs only, verifying serverName in peers' certificates (empty:
+// the host of their peer URL). timeout 0 takes DefaultHopTimeout.
+func NewHop(host *rest.Config, peerCAs *x509.CertPool, serverName string, timeout time.Duration, m *Metrics) (*Hop, error) {
 	if peerCAs == nil {
 		return nil, errors.New("the hop to other replicas needs the CAs of their serving certificates")
 	}
@@ -80,10 +83,11 @@ func NewHop(host *rest.Config, peerCAs *x509.CertPool, timeout time.Duration, m 
 		timeout = DefaultHopTimeout
 	}
 	return &Hop{
-		tlsConfig: tlsConfig,
-		wrap:      func(rt http.RoundTripper) (http.RoundTripper, error) { return transport.HTTPWrappersForConfig(tc, rt) },
-		timeout:   timeout,
-		metrics:   m,
+		tlsConfig:  tlsConfig,
+		serverName: serverName,
+		wrap:       func(rt http.RoundTripper) (http.RoundTripper, error) { return transport.HTTPWrappersForConfig(tc, rt) },
+		timeout:    timeout,
+		metrics:    m,
 	}, nil
 }
 
@@ -157,6 +161,9 @@ func (u *upgrader) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	cfg := u.hop.tlsConfig.Clone()
 	cfg.ServerName = req.URL.Hostname()
+	if u.hop.serverName != "" {
+		cfg.ServerName = u.hop.serverName
+	}
 	d := tls.Dialer{NetDialer: &net.Dialer{}, Config: cfg}
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {

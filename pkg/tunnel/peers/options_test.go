@@ -41,6 +41,11 @@ func TestOptionsValidate(t *testing.T) {
 	if errs := o.Validate(); len(errs) != 2 {
 		t.Errorf("got %v, want two errors", errs)
 	}
+	for name, want := range map[string]int{"mount-apiserver.mount-apiserver.svc": 0, "10.0.0.1": 0, "Not_A_Name": 1} {
+		if errs := (&Options{PeerServerName: name}).Validate(); len(errs) != want {
+			t.Errorf("--tunnel-peer-server-name %q: %v", name, errs)
+		}
+	}
 	if errs := NewOptions().Validate(); len(errs) != 0 {
 		t.Errorf("defaults: %v", errs)
 	}

@@ -415,7 +415,7 @@ func (o CompletedOptions) tunnelPeers(hostConfig *rest.Config, host kubernetes.I
 		}
 	}
 	if cas != nil {
-		if tp.Hop, err = peers.NewHop(hostConfig, cas, 0, peers.DefaultMetrics()); err != nil {
+		if tp.Hop, err = peers.NewHop(hostConfig, cas, o.TunnelPeers.PeerServerName, 0, peers.DefaultMetrics()); err != nil {
 			return nil, err
 		}
 	}

@@ -331,8 +331,8 @@ func (o CompletedOptions) Validate() error {
 	errs = append(errs, o.Kcp.Validate(o.KcpMode)...)
 	errs = append(errs, o.Tunnel.Validate()...)
 	errs = append(errs, o.TunnelPeers.Validate()...)
-	if !o.Delegated && (o.TunnelPeers.PeerURL != "" || o.TunnelPeers.PeerCAFile != "") {
-		errs = append(errs, errors.New("--tunnel-peer-url and --tunnel-peer-ca-file are for replicas of an aggregated server; a standalone server has no peers"))
+	if !o.Delegated && (o.TunnelPeers.PeerURL != "" || o.TunnelPeers.PeerCAFile != "" || o.TunnelPeers.PeerServerName != "") {
+		errs = append(errs, errors.New("--tunnel-peer-url, --tunnel-peer-ca-file and --tunnel-peer-server-name are for replicas of an aggregated server; a standalone server has no peers"))
 	}
 	// Logging is process-wide; the command applies it once, Validate only checks it.
 	errs = append(errs, logsapi.Validate(o.Logs, nil, nil).ToAggregate())
