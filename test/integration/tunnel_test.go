@@ -3,7 +3,6 @@ package integration
 import (
 	"bufio"
 	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -11,8 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -35,107 +32,6 @@ import (
 
 // requestTimeout is the server's --request-timeout in TestTunnel.
 const requestTimeout = 4 * time.Second
-
-var (
-	agentBuildOnce sync.Once
-	agentBin       string
-	agentBuildErr  error
-)
-
-// buildAgent builds ./cmd/mount-agent once per test process.
-func buildAgent(t *testing.T) string {
-	t.Helper()
-	agentBuildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "mount-agent-bin-")
-		if err != nil {
-			agentBuildErr = err
-			return
-		}
-		out := filepath.Join(dir, "mount-agent")
-		if output, err := exec.Command("go", "build", "-o", out, "github.com/kcp-dev/mount-apiserver/cmd/mount-agent").CombinedOutput(); err != nil {
-			agentBuildErr = fmt.Errorf("go build: %w\n%s", err, output)
-			return
-		}
-		agentBin = out
-	})
-	if agentBuildErr != nil {
-		t.Fatal(agentBuildErr)
-	}
-	return agentBin
-}
-
-// agentProcess is a mount-agent running as its own process.
-type agentProcess struct {
-	cmd    *exec.Cmd
-	log    string
-	health string
-	done   chan struct{}
-}
-
-// startAgentProcess runs mount-agent with the hub kubeconfig for mount, dialing target.
-func startAgentProcess(t *testing.T, hubKubeconfig, mount, target string) *agentProcess {
-	t.Helper()
-	port, err := framework.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	logFile, err := os.CreateTemp(t.TempDir(), "mount-agent-*.log")
-	if err != nil {
-		t.Fatal(err)
-	}
-	health := "127.0.0.1:" + strconv.Itoa(port)
-	cmd := exec.Command(buildAgent(t), "--hub-kubeconfig", hubKubeconfig, "--mount", mount, "--target", target,
-		"--health-bind-address", health, "--max-backoff", "1s", "-v=2")
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &agentProcess{cmd: cmd, log: logFile.Name(), health: health, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); logFile.Close(); close(p.done) }()
-	t.Cleanup(func() {
-		p.kill()
-		if t.Failed() {
-			t.Logf("mount-agent %s log:\n%s", mount, p.logText())
-		}
-	})
-	return p
-}
-
-func (p *agentProcess) kill() {
-	_ = p.cmd.Process.Kill()
-	<-p.done
-}
-
-func (p *agentProcess) logText() string {
-	data, _ := os.ReadFile(p.log)
-	return string(data)
-}
-
-// metric returns the value of the series (name and labels as exposed) on the agent's /metrics.
-func (p *agentProcess) metric(t *testing.T, series string) string {
-	t.Helper()
-	resp, err := http.Get("http://" + p.health + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(body), "\n") {
-		if v, ok := strings.CutPrefix(line, series+" "); ok {
-			return v
-		}
-	}
-	return ""
-}
-
-func (p *agentProcess) ready() bool {
-	resp, err := http.Get("http://" + p.health + "/readyz")
-	if err != nil {
-		return false
-	}
-	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
-}
 
 // until polls cond, failing the test after two minutes; the tests assert outcomes, not how
 // long they took.
@@ -180,7 +76,7 @@ func TestTunnel(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(target.Stop)
-	buildAgent(t)
+	framework.BuildAgent(t)
 	s := framework.StartInProcess(t, "", func(o *options.Options) {
 		o.StatusProbeInterval = time.Second
 		o.Tunnel.ReplicaName = "replica-1"
@@ -251,20 +147,20 @@ func TestTunnel(t *testing.T) {
 	viewer := hubKubeconfig("viewer", authorization.ViewersGroup)
 
 	// Refused: a viewer for edge, the agent of edge for other.
-	refused := startAgentProcess(t, viewer, "edge", targetAddr)
-	wrongMount := startAgentProcess(t, edgeAgent, "other", targetAddr)
+	refused := framework.StartAgent(t, viewer, "edge", targetAddr)
+	wrongMount := framework.StartAgent(t, edgeAgent, "other", targetAddr)
 	until(t, "the refusals", func() bool {
-		return strings.Contains(refused.logText(), "refused the attach: 403") && strings.Contains(wrongMount.logText(), "refused the attach: 403")
+		return strings.Contains(refused.Log(), "refused the attach: 403") && strings.Contains(wrongMount.Log(), "refused the attach: 403")
 	})
 	if code, _, _ := proxyGet(t, s.Config, "edge", "/api"); code != http.StatusServiceUnavailable {
 		t.Fatalf("edge with only a refused agent: %d", code)
 	}
-	refused.kill()
-	wrongMount.kill()
+	refused.Kill()
+	wrongMount.Kill()
 
 	// The agent of edge: kubectl get, list and watch through the mount.
-	agent := startAgentProcess(t, edgeAgent, "edge", targetAddr)
-	until(t, "the agent's session", agent.ready)
+	agent := framework.StartAgent(t, edgeAgent, "edge", targetAddr)
+	until(t, "the agent's session", agent.Ready)
 	attached := time.Now()
 	proxied := rest.CopyConfig(s.Config)
 	proxied.Host = s.URL + "/apis/mounts.kcp.io/v1alpha1/mounts/edge/proxy"
@@ -344,7 +240,7 @@ func TestTunnel(t *testing.T) {
 
 	// Still the first session, past the request timeout: attach is long-running.
 	time.Sleep(time.Until(attached.Add(2 * requestTimeout)))
-	if n := agent.metric(t, `mount_tunnel_attaches_total{mount="edge"}`); n != "1" {
+	if n := agent.Metric(t, `mount_tunnel_attaches_total{mount="edge"}`); n != "1" {
 		t.Errorf("sessions of the agent after twice the request timeout: %s, want 1", n)
 	}
 	if code, _, body := proxyGet(t, s.Config, "edge", "/api"); code != http.StatusOK {
@@ -352,7 +248,7 @@ func TestTunnel(t *testing.T) {
 	}
 
 	// Killed: 503 (once the server sees the connection gone); restarted: works again.
-	agent.kill()
+	agent.Kill()
 	until(t, "503 after the agent was killed", func() bool {
 		code, retry, _ := proxyGet(t, s.Config, "edge", "/api")
 		return code == http.StatusServiceUnavailable && retry != ""
@@ -365,18 +261,18 @@ func TestTunnel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	broken := startAgentProcess(t, edgeAgent, "edge", "127.0.0.1:"+strconv.Itoa(closedPort))
-	until(t, "the session of the agent whose target is down", broken.ready)
+	broken := framework.StartAgent(t, edgeAgent, "edge", "127.0.0.1:"+strconv.Itoa(closedPort))
+	until(t, "the session of the agent whose target is down", broken.Ready)
 	if code, _, body := proxyGet(t, s.Config, "edge", "/api"); code != http.StatusBadGateway || !strings.Contains(body, `"kind":"Status"`) {
 		t.Fatalf("target down behind the agent: %d %s", code, body)
 	}
-	if !broken.ready() {
+	if !broken.Ready() {
 		t.Fatal("a failed dial ended the agent's session")
 	}
-	broken.kill()
+	broken.Kill()
 
-	agent = startAgentProcess(t, edgeAgent, "edge", targetAddr)
-	until(t, "the restarted agent's session", agent.ready)
+	agent = framework.StartAgent(t, edgeAgent, "edge", targetAddr)
+	until(t, "the restarted agent's session", agent.Ready)
 	if code, _, body := proxyGet(t, s.Config, "edge", "/api"); code != http.StatusOK {
 		t.Fatalf("after the restart: %d %s", code, body)
 	}
@@ -385,22 +281,21 @@ func TestTunnel(t *testing.T) {
 	if err := mounts.Delete(ctx, "edge", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	until(t, "the session to close", func() bool { return !agent.ready() })
-	until(t, "the agent to be refused", func() bool { return strings.Contains(agent.logText(), "refused the attach: 404") })
+	until(t, "the session to close", func() bool { return !agent.Ready() })
+	until(t, "the agent to be refused", func() bool { return strings.Contains(agent.Log(), "refused the attach: 404") })
 	if _, err := mounts.Get(ctx, "edge", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("get after delete: %v", err)
 	}
 	// SIGTERM: the agent stops cleanly.
-	if err := agent.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := agent.Terminate(); err != nil {
 		t.Fatal(err)
 	}
-	<-agent.done
-	if !agent.cmd.ProcessState.Success() || !strings.Contains(agent.logText(), "Agent stopped") {
-		t.Errorf("the agent after SIGTERM: %v", agent.cmd.ProcessState)
+	if !agent.Cmd.ProcessState.Success() || !strings.Contains(agent.Log(), "Agent stopped") {
+		t.Errorf("the agent after SIGTERM: %v", agent.Cmd.ProcessState)
 	}
 	// No credential in anything the agent printed.
 	for _, needle := range []string{string(lender.KeyData), string(lender.CertData)} {
-		if needle != "" && strings.Contains(agent.logText(), needle) {
+		if needle != "" && strings.Contains(agent.Log(), needle) {
 			t.Error("the agent's log holds a credential of the mount")
 		}
 	}

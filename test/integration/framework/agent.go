@@ -1,0 +1,133 @@
+package framework
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+)
+
+var (
+	agentBuildOnce sync.Once
+	agentBin       string
+	agentBuildErr  error
+)
+
+// BuildAgent builds ./cmd/mount-agent once per test process and returns its path.
+func BuildAgent(t testing.TB) string {
+	t.Helper()
+	agentBuildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "mount-agent-bin-")
+		if err != nil {
+			agentBuildErr = err
+			return
+		}
+		out := filepath.Join(dir, "mount-agent")
+		if output, err := exec.Command("go", "build", "-o", out, "github.com/kcp-dev/mount-apiserver/cmd/mount-agent").CombinedOutput(); err != nil {
+			agentBuildErr = fmt.Errorf("go build: %w\n%s", err, output)
+			return
+		}
+		agentBin = out
+	})
+	if agentBuildErr != nil {
+		t.Fatal(agentBuildErr)
+	}
+	return agentBin
+}
+
+// Agent is a mount-agent running as its own process, serving /healthz, /readyz and
+// /metrics on Health (127.0.0.1).
+type Agent struct {
+	Cmd    *exec.Cmd
+	Health string
+	log    string
+	done   chan struct{}
+}
+
+// StartAgent runs mount-agent with the hub kubeconfig for mount, dialing target
+// (host:port), plus args; it is killed at the end of the test, and its log shown if the test
+// failed.
+func StartAgent(t testing.TB, hubKubeconfig, mount, target string, args ...string) *Agent {
+	t.Helper()
+	port, err := FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logFile, err := os.CreateTemp(t.TempDir(), "mount-agent-*.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	health := "127.0.0.1:" + strconv.Itoa(port)
+	args = append([]string{"--hub-kubeconfig", hubKubeconfig, "--mount", mount, "--target", target,
+		"--health-bind-address", health, "--max-backoff", "1s", "-v=2"}, args...)
+	cmd := exec.Command(BuildAgent(t), args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	a := &Agent{Cmd: cmd, log: logFile.Name(), Health: health, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); logFile.Close(); close(a.done) }()
+	t.Cleanup(func() {
+		a.Kill()
+		if t.Failed() {
+			t.Logf("mount-agent %s log:\n%s", mount, a.Log())
+		}
+	})
+	return a
+}
+
+// Kill kills the agent (SIGKILL) and waits for it.
+func (a *Agent) Kill() {
+	_ = a.Cmd.Process.Kill()
+	<-a.done
+}
+
+// Terminate sends SIGTERM and waits for the agent to exit.
+func (a *Agent) Terminate() error {
+	if err := a.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		return err
+	}
+	<-a.done
+	return nil
+}
+
+// Log is the agent's output so far.
+func (a *Agent) Log() string {
+	data, _ := os.ReadFile(a.log)
+	return string(data)
+}
+
+// Ready says whether the agent holds a session (/readyz).
+func (a *Agent) Ready() bool {
+	resp, err := http.Get("http://" + a.Health + "/readyz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// Metric returns the value of series (name and labels as exposed) on the agent's /metrics,
+// "" when it is not there.
+func (a *Agent) Metric(t testing.TB, series string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + a.Health + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			return v
+		}
+	}
+	return ""
+}
