@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/klog/v2"
+
 	"github.com/kcp-dev/mount-apiserver/pkg/tunnel"
 )
 
@@ -55,6 +57,9 @@ func (d *Dialer) DialContext(ctx context.Context, key, address string) (net.Conn
 	}
 	conn, err = d.Hop.Dial(ctx, peer, key, address)
 	if errors.Is(err, ErrOwnerUnreachable) && ctx.Err() == nil {
+		// Once per owner and ownerDownFor: a wrong CA or server name shows here, as every
+		// request for sessions held elsewhere gets 503.
+		klog.FromContext(ctx).Info("The replica that holds a tunnel session does not answer the hop; requests get 503 until the agent moves", "owner", peer.Identity, "err", err.Error())
 		d.markDown(peer.URL)
 	}
 	return conn, err
