@@ -23,6 +23,7 @@ import (
 	mountsregistry "github.com/kcp-dev/mount-apiserver/pkg/registry/mounts"
 	secretsregistry "github.com/kcp-dev/mount-apiserver/pkg/registry/secrets"
 	"github.com/kcp-dev/mount-apiserver/pkg/tunnel"
+	"github.com/kcp-dev/mount-apiserver/pkg/tunnel/peers"
 )
 
 // Config is the configuration of a mount-apiserver, built by the command's options.
@@ -57,6 +58,8 @@ type ExtraConfig struct {
 	Status StatusConfig
 	// UnboundGC configures the collector of Mounts of unbound logical clusters (kcp mode).
 	UnboundGC UnboundGCConfig
+	// TunnelPeers, with a host, lets replicas reach tunnel sessions held by each other.
+	TunnelPeers *TunnelPeersConfig
 }
 
 // TunnelConfig configures the reverse tunnels of agents.
@@ -156,8 +159,9 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, fmt.Errorf("adding post-start hook: %w", err)
 	}
 
+	var agents *agentconnected.Controller
 	if sessions != nil {
-		agents := agentconnected.New(sessions, c.Extra.Tunnel.ReplicaName)
+		agents = agentconnected.New(sessions, c.Extra.Tunnel.ReplicaName)
 		sessions.Watch(agents.Observe)
 		if err := generic.AddPostStartHook("start-mount-agent-connected", func(hookCtx genericapiserver.PostStartHookContext) error {
 			client, err := clientset.NewForConfig(hookCtx.LoopbackClientConfig)
@@ -191,6 +195,18 @@ func (c CompletedConfig) New() (*Server, error) {
 			leaseClient = c.Extra.HostClient
 		}
 		if err := generic.AddPostStartHook("start-mount-unbound-gc", startUnboundGC(gc, leaseClient)); err != nil {
+			return nil, fmt.Errorf("adding post-start hook: %w", err)
+		}
+	}
+
+	if tp := c.Extra.TunnelPeers; tp != nil && c.Extra.HostClient != nil && sessions != nil {
+		// Sessions are recorded from the first on, before the post-start hooks run; they
+		// are released when they end, at the latest when the server closes them all.
+		// Each renewal reports the session again: the leader's status controller, probing
+		// before it could know of a new session, may have said that no agent is connected.
+		sessions.Watch(tp.Owners.Follow(klog.NewContext(context.Background(), klog.Background().WithName("tunnel-peers")), agents.Observe))
+		generic.Handler.NonGoRestfulMux.Handle(peers.RelayPath, tp.Relay)
+		if err := generic.AddPostStartHook("start-tunnel-peers", startTunnelPeers(tp, c.Extra.HostClient)); err != nil {
 			return nil, fmt.Errorf("adding post-start hook: %w", err)
 		}
 	}

@@ -2,6 +2,7 @@ package options
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/pem"
 	"fmt"
 	"net"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/apis/apiserver"
 	"k8s.io/apiserver/pkg/authentication/request/anonymous"
@@ -44,6 +46,7 @@ import (
 	"github.com/kcp-dev/mount-apiserver/pkg/proxy"
 	"github.com/kcp-dev/mount-apiserver/pkg/targetpolicy"
 	"github.com/kcp-dev/mount-apiserver/pkg/tunnel"
+	"github.com/kcp-dev/mount-apiserver/pkg/tunnel/peers"
 )
 
 // publicPaths may be read without credentials: health and version, as in Kubernetes.
@@ -372,7 +375,79 @@ func (o CompletedOptions) applyDelegated(cfg *mountapiserver.Config, ca *pki.PKI
 		cfg.Extra.APIServiceName = o.APIServiceName
 		cfg.Extra.APIServiceCABundle = ca.CACertPEM
 	}
+	if sessions := cfg.Extra.Tunnel.Sessions; sessions != nil {
+		if cfg.Extra.TunnelPeers, err = o.tunnelPeers(hostConfig, cfg.Extra.HostClient, generic.SecureServing.Listener.Addr(), ca); err != nil {
+			return err
+		}
+		tp := cfg.Extra.TunnelPeers
+		tp.Relay.Local = sessions
+		// Sessions held here first, then the replica that holds the mount's.
+		cfg.Extra.Proxier.Tunnels = &peers.Dialer{Local: sessions, Owners: tp.Owners, Hop: tp.Hop}
+	}
 	return nil
+}
+
+// tunnelPeers sets up how replicas reach tunnel sessions held by each other: Leases in the
+// namespace of the leader election, this replica's peer URL, and the hop, verified with
+// --tunnel-peer-ca-file or the CA of generated serving certificates.
+func (o CompletedOptions) tunnelPeers(hostConfig *rest.Config, host kubernetes.Interface, addr net.Addr, ca *pki.PKI) (*mountapiserver.TunnelPeersConfig, error) {
+	peerURL, err := o.peerURL(addr)
+	if err != nil {
+		return nil, err
+	}
+	owners, err := peers.NewOwners(peers.OwnersConfig{
+		// The status controller's Lease client has its own rate limiter too; the sessions'
+		// renewals share this one, as they are few per second.
+		Client:    host,
+		Namespace: o.LeaderElection.ResourceNamespace,
+		Identity:  o.Tunnel.ReplicaName + "_" + uuid.NewString(),
+		PeerURL:   peerURL,
+	})
+	if err != nil {
+		return nil, err
+	}
+	tp := &mountapiserver.TunnelPeersConfig{Owners: owners, Relay: &peers.Relay{Metrics: peers.DefaultMetrics()}}
+	var cas *x509.CertPool
+	switch {
+	case o.TunnelPeers.PeerCAFile != "":
+		if cas, err = peers.LoadCAFile(o.TunnelPeers.PeerCAFile); err != nil {
+			return nil, fmt.Errorf("--tunnel-peer-ca-file: %w", err)
+		}
+	case o.GenerateCerts:
+		if cas, err = peers.ParseCAs(ca.CACertPEM); err != nil {
+			return nil, fmt.Errorf("the CA of the generated serving certificates: %w", err)
+		}
+	}
+	if cas != nil {
+		if tp.Hop, err = peers.NewHop(hostConfig, cas, o.TunnelPeers.PeerServerName, 0, peers.DefaultMetrics()); err != nil {
+			return nil, err
+		}
+	}
+	return tp, nil
+}
+
+// peerURL is --tunnel-peer-url, or https://<advertise address>:<secure port>.
+func (o CompletedOptions) peerURL(addr net.Addr) (string, error) {
+	if o.TunnelPeers.PeerURL != "" {
+		return strings.TrimSuffix(o.TunnelPeers.PeerURL, "/"), nil
+	}
+	// The advertise address, else the bound one (loopback included: then only replicas on
+	// this host are peers), else the address of the default route's interface.
+	host := o.ServerRun.AdvertiseAddress
+	if host == nil || host.IsUnspecified() {
+		host = o.SecureServing.BindAddress
+	}
+	if host == nil || host.IsUnspecified() {
+		var err error
+		if host, err = o.SecureServing.DefaultExternalAddress(); err != nil {
+			return "", fmt.Errorf("deriving --tunnel-peer-url (set it, or --advertise-address): %w", err)
+		}
+	}
+	port := o.SecureServing.BindPort
+	if tcp, ok := addr.(*net.TCPAddr); ok {
+		port = tcp.Port
+	}
+	return "https://" + net.JoinHostPort(host.String(), strconv.Itoa(port)), nil
 }
 
 // hostConfig is the client configuration of the host cluster: --kubeconfig, or the pod's

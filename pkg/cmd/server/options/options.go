@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,6 +25,7 @@ import (
 	"github.com/kcp-dev/mount-apiserver/pkg/apiserver"
 	"github.com/kcp-dev/mount-apiserver/pkg/proxy"
 	"github.com/kcp-dev/mount-apiserver/pkg/targetpolicy"
+	"github.com/kcp-dev/mount-apiserver/pkg/tunnel/peers"
 )
 
 // Defaults of the standalone mode.
@@ -96,6 +98,8 @@ type Options struct {
 	StatusController bool
 	// LeaderElection elects the replica that writes status (delegated mode).
 	LeaderElection componentbaseconfig.LeaderElectionConfiguration
+	// TunnelPeers says how replicas reach tunnel sessions held by each other (delegated mode).
+	TunnelPeers *peers.Options
 
 	ServerRun     *genericoptions.ServerRunOptions
 	SecureServing *genericoptions.SecureServingOptionsWithLoopback
@@ -139,6 +143,7 @@ func NewOptions() *Options {
 		StatusController:          true,
 		Kcp:                       NewKcpOptions(),
 		Tunnel:                    NewTunnelOptions(),
+		TunnelPeers:               peers.NewOptions(),
 		LeaderElection: componentbaseconfig.LeaderElectionConfiguration{
 			LeaderElect:       true,
 			LeaseDuration:     metav1.Duration{Duration: 15 * time.Second},
@@ -205,6 +210,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 		"Size limit of the embedded etcd's database in bytes; 0 takes etcd's default (2 GiB). Ignored with --etcd-servers.")
 	o.Kcp.AddFlags(fss.FlagSet("kcp"))
 	o.Tunnel.AddFlags(fss.FlagSet("tunnel"))
+	o.TunnelPeers.AddFlags(fss.FlagSet("tunnel"))
 	o.ServerRun.AddUniversalFlags(fss.FlagSet("generic"))
 	o.SecureServing.AddFlags(fss.FlagSet("secure serving"))
 	o.Etcd.AddFlags(fss.FlagSet("etcd"))
@@ -260,6 +266,11 @@ func (o *Options) Complete() (CompletedOptions, error) {
 		}
 		if o.Authorization.RemoteKubeConfigFile == "" {
 			o.Authorization.RemoteKubeConfigFile = o.Kubeconfig
+		}
+		// The relay of tunnel sessions lets in only the replicas' own identity, which it
+		// checks itself: no SubjectAccessReview per hop, and no RBAC rule to grant.
+		if !slices.Contains(o.Authorization.AlwaysAllowPaths, peers.RelayPath) {
+			o.Authorization.AlwaysAllowPaths = append(o.Authorization.AlwaysAllowPaths, peers.RelayPath)
 		}
 	}
 	return CompletedOptions{&completedOptions{
@@ -331,6 +342,10 @@ func (o CompletedOptions) Validate() error {
 	}
 	errs = append(errs, o.Kcp.Validate(o.KcpMode)...)
 	errs = append(errs, o.Tunnel.Validate()...)
+	errs = append(errs, o.TunnelPeers.Validate()...)
+	if !o.Delegated && (o.TunnelPeers.PeerURL != "" || o.TunnelPeers.PeerCAFile != "" || o.TunnelPeers.PeerServerName != "") {
+		errs = append(errs, errors.New("--tunnel-peer-url, --tunnel-peer-ca-file and --tunnel-peer-server-name are for replicas of an aggregated server; a standalone server has no peers"))
+	}
 	// Logging is process-wide; the command applies it once, Validate only checks it.
 	errs = append(errs, logsapi.Validate(o.Logs, nil, nil).ToAggregate())
 	return utilerrors.NewAggregate(errs)

@@ -1,0 +1,373 @@
+package peers
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+
+	"github.com/kcp-dev/mount-apiserver/pkg/tunnel"
+)
+
+// Labels and annotations of the ownership Leases.
+const (
+	// LabelSession marks the Leases of tunnel sessions, so replicas watch only those.
+	LabelSession = "mounts.kcp.io/tunnel-session"
+	// AnnotationPeerURL is the owner's peer URL.
+	AnnotationPeerURL = "mounts.kcp.io/tunnel-peer-url"
+	// AnnotationSessionKey is the session key the Lease name was hashed from; a lookup checks it.
+	AnnotationSessionKey = "mounts.kcp.io/tunnel-session-key"
+	// AnnotationSessionID tells apart the sessions of one key on one replica: an ended session
+	// never releases or renews the Lease of the newer one.
+	AnnotationSessionID = "mounts.kcp.io/tunnel-session-id"
+)
+
+// Defaults of OwnersConfig.
+const (
+	DefaultLeaseDuration = 60 * time.Second
+	DefaultRenewPeriod   = 20 * time.Second
+	// releaseTimeout bounds the delete of a Lease after its session ended.
+	releaseTimeout = 5 * time.Second
+	// reportAfterClaim is when a new session is reported again after its Lease was written:
+	// enough for the other replicas' watches to have it.
+	reportAfterClaim = time.Second
+)
+
+// LeaseName is the name of the Lease of a session key: a hash, since keys hold characters
+// (and may have lengths) that names may not.
+func LeaseName(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return "mount-tunnel-" + hex.EncodeToString(sum[:16])
+}
+
+// OwnersConfig configures Owners.
+type OwnersConfig struct {
+	// Client is the host cluster's client; the Leases live there.
+	Client kubernetes.Interface
+	// Namespace holds the Leases (the server's own, as for its leader election).
+	Namespace string
+	// Identity names this replica (holderIdentity); unique per process.
+	Identity string
+	// PeerURL is where other replicas reach this one.
+	PeerURL string
+	// LeaseDuration is how long a Lease counts without renewal; RenewPeriod how often the
+	// owner renews it. Zero takes the defaults.
+	LeaseDuration time.Duration
+	RenewPeriod   time.Duration
+	// Clock, nil for the real one.
+	Clock clock.PassiveClock
+}
+
+// Owners records which replica holds the session of each key, in Leases of the host.
+type Owners struct {
+	cfg      OwnersConfig
+	clock    clock.PassiveClock
+	factory  informers.SharedInformerFactory
+	lister   coordinationlisters.LeaseNamespaceLister
+	informer cache.SharedIndexInformer
+}
+
+// Peer is the replica that holds a session.
+type Peer struct {
+	Identity string
+	URL      string
+}
+
+// NewOwners returns the ownership records; Run starts watching them.
+func NewOwners(cfg OwnersConfig) (*Owners, error) {
+	if cfg.Client == nil || cfg.Namespace == "" || cfg.Identity == "" {
+		return nil, errors.New("ownership of tunnel sessions needs a host client, a namespace and an identity")
+	}
+	if _, err := ParsePeerURL(cfg.PeerURL); err != nil {
+		return nil, fmt.Errorf("peer URL: %w", err)
+	}
+	if cfg.LeaseDuration <= 0 {
+		cfg.LeaseDuration = DefaultLeaseDuration
+	}
+	if cfg.RenewPeriod <= 0 {
+		cfg.RenewPeriod = DefaultRenewPeriod
+	}
+	if cfg.RenewPeriod >= cfg.LeaseDuration {
+		return nil, fmt.Errorf("the renew period %s must be shorter than the lease duration %s", cfg.RenewPeriod, cfg.LeaseDuration)
+	}
+	o := &Owners{cfg: cfg, clock: cfg.Clock}
+	if o.clock == nil {
+		o.clock = clock.RealClock{}
+	}
+	o.factory = informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0,
+		informers.WithNamespace(cfg.Namespace),
+		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = LabelSession + "=true" }),
+		informers.WithTransform(func(obj any) (any, error) {
+			if m, err := meta.Accessor(obj); err == nil {
+				m.SetManagedFields(nil)
+			}
+			return obj, nil
+		}))
+	leases := o.factory.Coordination().V1().Leases()
+	o.informer = leases.Informer()
+	o.lister = leases.Lister().Leases(cfg.Namespace)
+	return o, nil
+}
+
+// Identity is this replica's holder identity.
+func (o *Owners) Identity() string { return o.cfg.Identity }
+
+// Run watches the Leases and deletes long expired ones (of replicas that died holding them)
+// until ctx ends.
+func (o *Owners) Run(ctx context.Context) {
+	o.factory.Start(ctx.Done())
+	defer o.factory.Shutdown()
+	t := time.NewTicker(o.cfg.LeaseDuration)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			o.sweep(ctx)
+		}
+	}
+}
+
+// HasSynced says whether the Leases were listed once.
+func (o *Owners) HasSynced() bool { return o.informer.HasSynced() }
+
+// Owner returns the replica that holds the session of key, if another replica holds a Lease
+// for it that has not expired.
+func (o *Owners) Owner(key string) (Peer, bool) {
+	lease, err := o.lister.Get(LeaseName(key))
+	if err != nil {
+		return Peer{}, false
+	}
+	holder := ptr.Deref(lease.Spec.HolderIdentity, "")
+	if holder == "" || holder == o.cfg.Identity || lease.Annotations[AnnotationSessionKey] != key || o.expired(lease, 0) {
+		return Peer{}, false
+	}
+	u := lease.Annotations[AnnotationPeerURL]
+	if _, err := ParsePeerURL(u); err != nil {
+		return Peer{}, false
+	}
+	return Peer{Identity: holder, URL: u}, true
+}
+
+// Hold records that this replica holds the session of key, taking the Lease over from any
+// other holder (the newest session wins, as on one replica), and renews it until release is
+// called or ctx ends; then it deletes the Lease unless a newer session took it meanwhile.
+// release does not wait for the delete. renewed, if not nil, is called after each renewal.
+func (o *Owners) Hold(ctx context.Context, key string, renewed func()) (release func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	id := uuid.NewString()
+	go o.hold(ctx, key, id, renewed)
+	return cancel
+}
+
+func (o *Owners) hold(ctx context.Context, key, id string, renewed func()) {
+	logger := klog.FromContext(ctx).WithValues("sessionKey", key, "lease", LeaseName(key))
+	ctx = klog.NewContext(ctx, logger)
+	defer o.release(ctx, key, id)
+	t := time.NewTicker(o.cfg.RenewPeriod)
+	defer t.Stop()
+	// The claim is retried on every tick until it succeeds: until then the session is served
+	// only by this replica.
+	claimed := false
+	var reportSoon <-chan time.Time
+	for {
+		if !claimed {
+			if err := o.write(ctx, key, id, true); err != nil {
+				if ctx.Err() == nil {
+					logger.Error(err, "Cannot record this replica as the owner of a tunnel session; other replicas cannot reach it yet")
+				}
+			} else {
+				claimed = true
+				logger.V(2).Info("Recorded this replica as the owner of a tunnel session")
+				if renewed != nil {
+					reportSoon = time.After(reportAfterClaim)
+				}
+			}
+		} else if err := o.write(ctx, key, id, false); err == nil {
+			if renewed != nil {
+				renewed()
+			}
+		} else if errors.Is(err, errSuperseded) {
+			logger.V(2).Info("A newer session of the tunnel is held elsewhere; not renewing")
+		} else if ctx.Err() == nil {
+			logger.Error(err, "Cannot renew the ownership of a tunnel session")
+		}
+	wait:
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-reportSoon:
+			// Others have seen the Lease by now: a report they contradicted before it
+			// existed is made again.
+			reportSoon = nil
+			renewed()
+			goto wait
+		}
+	}
+}
+
+var errSuperseded = errors.New("a newer session holds the lease")
+
+// write claims (takeover) or renews the Lease of key for session id. A renewal leaves alone a
+// Lease that another live session holds; it takes back one that was released or expired.
+func (o *Owners) write(ctx context.Context, key, id string, takeover bool) error {
+	leases := o.cfg.Client.CoordinationV1().Leases(o.cfg.Namespace)
+	name := LeaseName(key)
+	// A renewal starts from the cache; a conflict, or a claim, reads the host.
+	fresh := takeover
+	for attempt := 0; attempt < 2; attempt++ {
+		var lease *coordinationv1.Lease
+		var err error
+		if fresh {
+			lease, err = leases.Get(ctx, name, metav1.GetOptions{})
+		} else if lease, err = o.lister.Get(name); err == nil {
+			lease = lease.DeepCopy()
+		}
+		now := metav1.NewMicroTime(o.clock.Now())
+		switch {
+		case apierrors.IsNotFound(err):
+			_, err = leases.Create(ctx, o.newLease(name, key, id, now), metav1.CreateOptions{})
+		case err != nil:
+			return fmt.Errorf("reading Lease %s/%s: %w", o.cfg.Namespace, name, err)
+		default:
+			holder := ptr.Deref(lease.Spec.HolderIdentity, "")
+			mine := holder == o.cfg.Identity && lease.Annotations[AnnotationSessionID] == id
+			if !takeover && !mine && holder != "" && !o.expired(lease, 0) {
+				return errSuperseded
+			}
+			if !mine {
+				lease.Spec.AcquireTime = &now
+				lease.Spec.LeaseTransitions = ptr.To(ptr.Deref(lease.Spec.LeaseTransitions, 0) + 1)
+			}
+			o.fill(lease, key, id, now)
+			_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
+		}
+		if err == nil {
+			return nil
+		}
+		if !apierrors.IsConflict(err) && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("writing Lease %s/%s: %w", o.cfg.Namespace, name, err)
+		}
+		fresh = true
+	}
+	return fmt.Errorf("writing Lease %s/%s: conflicting writers", o.cfg.Namespace, name)
+}
+
+func (o *Owners) newLease(name, key, id string, now metav1.MicroTime) *coordinationv1.Lease {
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: o.cfg.Namespace}}
+	lease.Spec.AcquireTime = &now
+	o.fill(lease, key, id, now)
+	return lease
+}
+
+func (o *Owners) fill(lease *coordinationv1.Lease, key, id string, now metav1.MicroTime) {
+	if lease.Labels == nil {
+		lease.Labels = map[string]string{}
+	}
+	lease.Labels[LabelSession] = "true"
+	if lease.Annotations == nil {
+		lease.Annotations = map[string]string{}
+	}
+	lease.Annotations[AnnotationPeerURL] = o.cfg.PeerURL
+	lease.Annotations[AnnotationSessionKey] = key
+	lease.Annotations[AnnotationSessionID] = id
+	lease.Spec.HolderIdentity = ptr.To(o.cfg.Identity)
+	lease.Spec.LeaseDurationSeconds = ptr.To(int32(o.cfg.LeaseDuration / time.Second))
+	lease.Spec.RenewTime = &now
+}
+
+// release deletes the Lease of key if session id still holds it. ctx has ended: the delete
+// gets a context of its own.
+func (o *Owners) release(ctx context.Context, key, id string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	leases := o.cfg.Client.CoordinationV1().Leases(o.cfg.Namespace)
+	lease, err := leases.Get(ctx, LeaseName(key), metav1.GetOptions{})
+	if err != nil {
+		if !apierrors.IsNotFound(err) {
+			klog.FromContext(ctx).Error(err, "Cannot release the ownership of a tunnel session; it expires on its own")
+		}
+		return
+	}
+	if ptr.Deref(lease.Spec.HolderIdentity, "") != o.cfg.Identity || lease.Annotations[AnnotationSessionID] != id {
+		return
+	}
+	if err := leases.Delete(ctx, lease.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &lease.UID, ResourceVersion: &lease.ResourceVersion}}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		klog.FromContext(ctx).Error(err, "Cannot release the ownership of a tunnel session; it expires on its own")
+		return
+	}
+	klog.FromContext(ctx).V(2).Info("Released the ownership of a tunnel session")
+}
+
+// expired says whether the Lease was last renewed more than its duration (plus grace) ago.
+func (o *Owners) expired(lease *coordinationv1.Lease, grace time.Duration) bool {
+	if lease.Spec.RenewTime == nil || lease.Spec.LeaseDurationSeconds == nil {
+		return true
+	}
+	d := time.Duration(*lease.Spec.LeaseDurationSeconds)*time.Second + grace
+	return o.clock.Since(lease.Spec.RenewTime.Time) > d
+}
+
+// sweep deletes the Leases expired for another lease duration: their owner died holding them
+// or the mount is gone. Every replica sweeps; the preconditions make it safe.
+func (o *Owners) sweep(ctx context.Context) {
+	leases, err := o.lister.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, lease := range leases {
+		if !o.expired(lease, o.cfg.LeaseDuration) {
+			continue
+		}
+		err := o.cfg.Client.CoordinationV1().Leases(o.cfg.Namespace).Delete(ctx, lease.Name,
+			metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &lease.UID, ResourceVersion: &lease.ResourceVersion}})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			klog.FromContext(ctx).V(2).Info("Cannot delete an expired tunnel session Lease", "lease", lease.Name, "err", err)
+		}
+	}
+}
+
+// Follow returns a watcher for tunnel.Sessions.Watch that holds the Lease of each session
+// this replica holds, from its start until it ends or a newer session of its key replaces it.
+// renewed, if not nil, gets the session's start event again after each renewal: what reports
+// the session (the AgentConnected condition) says so again, in case another replica that had
+// not seen the session yet said otherwise.
+func (o *Owners) Follow(ctx context.Context, renewed func(tunnel.Event)) func(tunnel.Event) {
+	var mu sync.Mutex
+	held := map[string]func(){}
+	return func(e tunnel.Event) {
+		key := e.Mount.Key()
+		mu.Lock()
+		defer mu.Unlock()
+		if release, ok := held[key]; ok {
+			release()
+			delete(held, key)
+		}
+		if e.Connected {
+			var again func()
+			if renewed != nil {
+				again = func() { renewed(e) }
+			}
+			held[key] = o.Hold(ctx, key, again)
+		}
+	}
+}
