@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/client-go/kubernetes"
@@ -12,11 +14,13 @@ import (
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
+	"github.com/kcp-dev/mount-apiserver/pkg/clusters"
 	"github.com/kcp-dev/mount-apiserver/pkg/embeddedetcd"
 	"github.com/kcp-dev/mount-apiserver/pkg/kcp"
 	"github.com/kcp-dev/mount-apiserver/pkg/proxy"
 	mountsregistry "github.com/kcp-dev/mount-apiserver/pkg/registry/mounts"
 	secretsregistry "github.com/kcp-dev/mount-apiserver/pkg/registry/secrets"
+	"github.com/kcp-dev/mount-apiserver/pkg/tunnel"
 )
 
 // Config is the configuration of a mount-apiserver, built by the command's options.
@@ -45,10 +49,22 @@ type ExtraConfig struct {
 
 	// Proxier serves mounts/proxy; its Authorizer is filled in from the generic config.
 	Proxier *proxy.Proxier
+	// Tunnel serves agents' sessions (mounts/attach).
+	Tunnel TunnelConfig
 	// Status configures the status controller.
 	Status StatusConfig
 	// UnboundGC configures the collector of Mounts of unbound logical clusters (kcp mode).
 	UnboundGC UnboundGCConfig
+}
+
+// TunnelConfig configures the reverse tunnels of agents.
+type TunnelConfig struct {
+	// Sessions holds this replica's sessions; nil serves no mounts/attach.
+	Sessions *tunnel.Sessions
+	// AuthorizationInterval is how often an attached agent's permission is checked again.
+	AuthorizationInterval time.Duration
+	// ReplicaName names this replica in the AgentConnected condition.
+	ReplicaName string
 }
 
 type completedConfig struct {
@@ -94,8 +110,14 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, fmt.Errorf("configuration lacks the proxy (Extra.Proxier with Secrets and Transports)")
 	}
 	proxier.Authorizer = c.Generic.Authorization.Authorizer
-	storage, err := mountsregistry.NewStorage(Scheme, c.Generic.RESTOptionsGetter, proxier.Handler, func(m *mounts.Mount) {
-		proxier.Forget(kcp.ClusterOf(m), m.Name, m.UID)
+	sessions := c.Extra.Tunnel.Sessions
+	var attach mountsregistry.AttachHandlerFunc
+	if sessions != nil {
+		attacher := &tunnel.Attacher{Sessions: sessions, Authorizer: c.Generic.Authorization.Authorizer, Interval: c.Extra.Tunnel.AuthorizationInterval}
+		attach = attacher.Handler
+	}
+	storage, err := mountsregistry.NewStorage(Scheme, c.Generic.RESTOptionsGetter, proxier.Handler, attach, func(m *mounts.Mount) {
+		forgetMount(proxier, sessions, kcp.ClusterOf(m), m.Name, m.UID)
 	})
 	if err != nil {
 		return nil, err
@@ -105,6 +127,9 @@ func (c CompletedConfig) New() (*Server, error) {
 		"mounts":        storage.Mount,
 		"mounts/status": storage.Status,
 		"mounts/proxy":  storage.Proxy,
+	}
+	if storage.Attach != nil {
+		group.VersionedResourcesStorageMap[v1alpha1.SchemeGroupVersion.Version]["mounts/attach"] = storage.Attach
 	}
 	if err := generic.InstallAPIGroup(&group); err != nil {
 		return nil, fmt.Errorf("installing API group %s: %w", mounts.GroupName, err)
@@ -129,8 +154,19 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, fmt.Errorf("adding post-start hook: %w", err)
 	}
 
+	if sessions != nil {
+		// Hijacked connections outlive the HTTP server's shutdown: end the sessions, and the
+		// agents reconnect to another replica.
+		if err := generic.AddPreShutdownHook("mount-tunnel-sessions", func() error {
+			sessions.CloseAll()
+			return nil
+		}); err != nil {
+			return nil, fmt.Errorf("adding pre-shutdown hook: %w", err)
+		}
+	}
+
 	if c.Extra.Status.Enabled {
-		if err := generic.AddPostStartHook("start-mount-status-controller", startStatusController(c.Extra.Status, proxier, c.Extra.HostClient)); err != nil {
+		if err := generic.AddPostStartHook("start-mount-status-controller", startStatusController(c.Extra.Status, proxier, sessions, c.Extra.HostClient)); err != nil {
 			return nil, fmt.Errorf("adding post-start hook: %w", err)
 		}
 	}
@@ -155,6 +191,16 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 
 	return &Server{GenericAPIServer: generic, extra: c.Extra}, nil
+}
+
+// forgetMount lets go of what this replica keeps for a deleted mount: the proxy's transports
+// and metrics, and the agent's session (a session is bound to the mount's UID, so a mount
+// deleted and created again needs a new attach).
+func forgetMount(proxier *proxy.Proxier, sessions *tunnel.Sessions, cluster clusters.Name, name string, uid types.UID) {
+	proxier.Forget(cluster, name, uid)
+	if sessions != nil {
+		sessions.Close(tunnel.SessionKey(cluster, uid))
+	}
 }
 
 // Run serves until ctx is cancelled, drains in-flight requests, then stops the embedded etcd

@@ -16,11 +16,12 @@ func isMountProxy(info *genericapirequest.RequestInfo) bool {
 	return info != nil && info.IsResourceRequest && info.APIGroup == mounts.GroupName && info.Resource == "mounts" && info.Subresource == "proxy"
 }
 
-// LongRunning decides which requests the request timeout spares: watches as usual, and for
+// LongRunning decides which requests the request timeout spares: watches as usual, agents'
+// sessions on mounts/attach (they last as long as the agent is connected), and for
 // mounts/proxy whatever is long-running on the target (watch, follow, upgrades, nested
 // proxies). Other proxied requests are bound by the timeout like any other request.
 func LongRunning() genericapirequest.LongRunningRequestCheck {
-	basic := genericfilters.BasicLongRunningRequestCheck(sets.NewString("watch"), sets.NewString())
+	basic := genericfilters.BasicLongRunningRequestCheck(sets.NewString("watch"), sets.NewString("attach"))
 	return func(r *http.Request, info *genericapirequest.RequestInfo) bool {
 		if isMountProxy(info) {
 			// Parts: mounts, <name>, proxy, <inner path...>

@@ -26,6 +26,7 @@ import (
 	informers "github.com/kcp-dev/mount-apiserver/pkg/generated/informers/externalversions"
 	mountinformers "github.com/kcp-dev/mount-apiserver/pkg/generated/informers/externalversions/mounts/v1alpha1"
 	"github.com/kcp-dev/mount-apiserver/pkg/proxy"
+	"github.com/kcp-dev/mount-apiserver/pkg/tunnel"
 )
 
 // StatusConfig configures the status controller.
@@ -48,7 +49,7 @@ type StatusConfig struct {
 
 // startStatusController is the post-start hook that runs the status controller on the
 // server's own API through the loopback client.
-func startStatusController(cfg StatusConfig, proxier *proxy.Proxier, host kubernetes.Interface) genericapiserver.PostStartHookFunc {
+func startStatusController(cfg StatusConfig, proxier *proxy.Proxier, sessions *tunnel.Sessions, host kubernetes.Interface) genericapiserver.PostStartHookFunc {
 	return func(hookCtx genericapiserver.PostStartHookContext) error {
 		logger := klog.FromContext(hookCtx).WithName(status.ControllerName)
 		// Status writes go to this very server, which max-in-flight protects; the loopback
@@ -96,7 +97,7 @@ func startStatusController(cfg StatusConfig, proxier *proxy.Proxier, host kubern
 		if _, err := mountInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 			DeleteFunc: func(obj any) {
 				if m := status.DeletedMount(obj); m != nil {
-					proxier.Forget(status.ClusterOf(m), m.Name, m.UID)
+					forgetMount(proxier, sessions, status.ClusterOf(m), m.Name, m.UID)
 				}
 			},
 		}); err != nil {

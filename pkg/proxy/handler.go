@@ -31,6 +31,7 @@ import (
 	"github.com/kcp-dev/mount-apiserver/pkg/clusters"
 	"github.com/kcp-dev/mount-apiserver/pkg/kcp"
 	"github.com/kcp-dev/mount-apiserver/pkg/targetpolicy"
+	"github.com/kcp-dev/mount-apiserver/pkg/tunnel"
 )
 
 // Proxier serves the mounts/<name>/proxy subresource.
@@ -48,6 +49,9 @@ type Proxier struct {
 	// Workspaces resolves the workspaces of Workspace and Redirect mounts (kcp mode with
 	// --kcp-kubeconfig); nil serves neither type.
 	Workspaces kcp.WorkspaceResolver
+	// Tunnels reaches the targets of mounts with spec.tunnel through their agents' sessions
+	// (tunnel.go); nil serves no tunnel mounts.
+	Tunnels tunnel.Dialer
 	// buffers lends the copy buffers of plain requests.
 	buffers bufferPool
 
@@ -97,6 +101,9 @@ func (p *Proxier) Target(ctx context.Context, m *mounts.Mount) (*Target, error) 
 	if m.Spec.Type != mounts.MountTypeURL {
 		return nil, unsupportedType(m)
 	}
+	if t := m.Spec.Tunnel; t != nil && t.Credentials == mounts.TunnelCredentialsAgent {
+		return p.agentTarget(ctx, m)
+	}
 	ref := m.Spec.Ref
 	secret, err := p.Secrets.GetSecret(ctx, ref.Namespace, ref.Name)
 	if err != nil {
@@ -109,13 +116,19 @@ func (p *Proxier) Target(ctx context.Context, m *mounts.Mount) (*Target, error) 
 	if t := m.Spec.Timeouts; t != nil && t.ConnectSeconds != nil {
 		key.ConnectTimeout = time.Duration(*t.ConnectSeconds) * time.Second
 	}
-	target, err := p.Transports.Get(ctx, m.UID, key, func() (*rest.Config, error) {
+	buildConfig := func() (*rest.Config, error) {
 		data, ok := secret.Data[v1alpha1.SecretKeyKubeconfig]
 		if !ok {
 			return nil, fmt.Errorf("%w: no key %q", ErrCredentials, v1alpha1.SecretKeyKubeconfig)
 		}
 		return ConfigFromKubeconfig(data)
-	})
+	}
+	var target *Target
+	if m.Spec.Tunnel != nil {
+		target, err = p.serverTunnelTarget(ctx, m, key, buildConfig)
+	} else {
+		target, err = p.Transports.Get(ctx, m.UID, key, buildConfig)
+	}
 	if err != nil {
 		reason := ReasonInvalidCredentials
 		if errors.Is(err, targetpolicy.ErrNotAllowed) {
@@ -317,6 +330,9 @@ func (h *requestHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	defer func() { metrics.finish(recording, req.Method, code, written, time.Since(start)) }()
 
 	ctx := withMount(req.Context(), h.label, h.mount.UID)
+	if h.mount.Spec.Tunnel != nil {
+		ctx = withDialFailure(ctx)
+	}
 	hop, err := hops(req.Header)
 	if err != nil {
 		code = http.StatusBadRequest
@@ -400,6 +416,10 @@ func (r responder) Error(w http.ResponseWriter, req *http.Request, err error) {
 		return // the caller went away; nobody reads an answer
 	}
 	status := statusForError(r.target, err)
+	if e, ok := noAgent(req.Context(), err); ok {
+		s := e.Status()
+		status = &s
+	}
 	klog.FromContext(req.Context()).V(2).Info("Proxying failed", "mount", r.mount, "code", status.Code, "err", err.Error())
 	writeStatus(w, status)
 }

@@ -230,6 +230,9 @@ func (p *Proxier) probe(ctx context.Context, target *Target, limit time.Duration
 		if err != nil {
 			// The status gets the class of failure; the root cause is for the operator.
 			klog.FromContext(ctx).V(2).Info("Probe failed", "target", target.Base.Host, "path", path, "err", err.Error())
+			if e, ok := noAgent(ctx, err); ok {
+				return ProbeResult{ReachErr: e}
+			}
 			return ProbeResult{ReachErr: fmt.Errorf("%s", statusForError(target.Base.Host, err).Message)}
 		}
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64*1024))

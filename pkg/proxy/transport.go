@@ -119,6 +119,9 @@ type TargetKey struct {
 	// CABundle is spec.caBundle as a string (comparable).
 	CABundle       string
 	ConnectTimeout time.Duration
+	// Tunnel is the session key of a mount reached through its agent (tunnel.go): such a
+	// Target dials through the tunnel, and belongs to that one mount.
+	Tunnel string
 }
 
 // TransportOptions bound what the cache builds.
@@ -208,6 +211,11 @@ func (t *Transports) Get(ctx context.Context, uid types.UID, key TargetKey, buil
 	if key.ConnectTimeout == 0 {
 		key.ConnectTimeout = t.opts.ConnectTimeout
 	}
+	return t.get(ctx, uid, key, func() (*Target, error) { return t.build(key, buildConfig) })
+}
+
+// get is Get with the build of the Target of key (whose connect timeout is set) given.
+func (t *Transports) get(ctx context.Context, uid types.UID, key TargetKey, build func() (*Target, error)) (*Target, error) {
 	t.mu.Lock()
 	for {
 		if old, ok := t.mounts[uid]; ok && old != key {
@@ -245,7 +253,7 @@ func (t *Transports) Get(ctx context.Context, uid types.UID, key TargetKey, buil
 		b := &pendingBuild{done: make(chan struct{})}
 		t.building[key] = b
 		t.mu.Unlock()
-		b.target, b.err = t.build(key, buildConfig)
+		b.target, b.err = build()
 		t.mu.Lock()
 		delete(t.building, key)
 		if b.err != nil {
@@ -361,13 +369,23 @@ func (t *Transports) expire(now time.Time) {
 }
 
 func (t *Transports) newTarget(cfg *rest.Config, caOverride []byte, connectTimeout time.Duration) (*Target, error) {
+	return t.newTargetVia(cfg, caOverride, connectTimeout, nil)
+}
+
+// newTargetVia builds a Target that dials with via instead of the network when via is set
+// (a tunnel, tunnel.go).
+func (t *Transports) newTargetVia(cfg *rest.Config, caOverride []byte, connectTimeout time.Duration, via func(ctx context.Context) (net.Conn, error)) (*Target, error) {
 	base, err := url.Parse(cfg.Host)
 	if err != nil {
 		return nil, fmt.Errorf("%w: server URL does not parse", ErrCredentials)
 	}
 	// Scheme and literal host now; every address actually connected to when dialing.
 	policy := t.opts.Policy
-	if err := policy.CheckURL(base); err != nil {
+	if via == nil {
+		if err := policy.CheckURL(base); err != nil {
+			return nil, err
+		}
+	} else if err := checkTunnelURL(base); err != nil {
 		return nil, err
 	}
 	tlsConfig, err := rest.TLSConfigFor(cfg)
@@ -393,7 +411,13 @@ func (t *Transports) newTarget(cfg *rest.Config, caOverride []byte, connectTimeo
 
 	dialer := &net.Dialer{Timeout: connectTimeout, KeepAlive: 30 * time.Second}
 	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
-		conn, err := dialAllowed(ctx, *dialer, policy, network, addr)
+		var conn net.Conn
+		var err error
+		if via != nil {
+			conn, err = via(ctx)
+		} else {
+			conn, err = dialAllowed(ctx, *dialer, policy, network, addr)
+		}
 		if err == nil {
 			// A Target serves all mounts of its key: the connection counts for the mount
 			// whose request or probe dialed it.

@@ -129,10 +129,17 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 	return nil
 }
 
-// checkSecret: only who may read a Secret may lend it.
+// checkSecret: only who may read a Secret may lend it. A tunnel with the agent's credentials
+// references no Secret: it lends what the agent may do on its cluster (impersonate), which no
+// Secret read can stand for, so it needs "lend" on the mount, on create and on every change
+// of what it lends (prefixes decide whom the agent impersonates).
 func (p *Plugin) checkSecret(ctx context.Context, a admission.Attributes, requester user.Info, m *mounts.Mount) error {
 	if m.Spec.Type != mounts.MountTypeURL {
 		return nil
+	}
+	if t := m.Spec.Tunnel; t != nil && t.Credentials == mounts.TunnelCredentialsAgent {
+		return p.checkLend(ctx, a, requester, m, field.NewPath("spec", "tunnel", "credentials"),
+			fmt.Sprintf("%s lends the agent's own credentials on its cluster (to impersonate) to every caller allowed to proxy through the mount", mounts.TunnelCredentialsAgent))
 	}
 	ref := m.Spec.Ref
 	decision, reason, err := p.secrets.Authorize(ctx, authorizer.AttributesRecord{

@@ -19,6 +19,7 @@ import (
 
 	"github.com/kcp-dev/mount-apiserver/pkg/cmd/server/options"
 	"github.com/kcp-dev/mount-apiserver/pkg/lockfile"
+	"github.com/kcp-dev/mount-apiserver/pkg/tunnel"
 	"github.com/kcp-dev/mount-apiserver/pkg/version"
 )
 
@@ -74,6 +75,7 @@ func Run(ctx context.Context, o *options.Options) error {
 	}
 	logger := klog.Background().WithName("mount-apiserver")
 	ctx = klog.NewContext(ctx, logger)
+	tunnel.BridgeLogrus(logger)
 
 	// A second server on the same directory would wait for the first one's etcd database lock
 	// for as long as the first one runs, deaf to signals; it fails at once instead.

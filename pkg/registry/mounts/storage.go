@@ -46,11 +46,14 @@ type Storage struct {
 	Mount  *REST
 	Status *StatusREST
 	Proxy  *ProxyREST
+	// Attach is nil when NewStorage got no attach handler.
+	Attach *AttachREST
 }
 
 // NewStorage returns the storage of mounts over the RESTOptionsGetter's etcd. proxy serves
-// mounts/proxy; afterDelete, if set, learns of every deleted Mount.
-func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, proxy ProxyHandlerFunc, afterDelete func(*mounts.Mount)) (*Storage, error) {
+// mounts/proxy; attach, if set, mounts/attach; afterDelete, if set, learns of every deleted
+// Mount.
+func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, proxy ProxyHandlerFunc, attach AttachHandlerFunc, afterDelete func(*mounts.Mount)) (*Storage, error) {
 	resource := mounts.Resource("mounts")
 	optsGetter = storedRESTOptions{optsGetter}
 	opts, err := optsGetter.GetRESTOptions(resource, &mounts.Mount{})
@@ -90,7 +93,11 @@ func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, pr
 	statusStore.UpdateStrategy = statusStrategy
 	statusStore.ResetFieldsStrategy = statusStrategy
 
-	return &Storage{Mount: &REST{store}, Status: &StatusREST{store: &statusStore}, Proxy: &ProxyREST{store: store, handler: proxy}}, nil
+	storage := &Storage{Mount: &REST{store}, Status: &StatusREST{store: &statusStore}, Proxy: &ProxyREST{store: store, handler: proxy}}
+	if attach != nil {
+		storage.Attach = &AttachREST{store: store, handler: attach}
+	}
+	return storage, nil
 }
 
 // storedRESTOptions adapts how Mounts are stored: the codec makes the Mounts it decodes share

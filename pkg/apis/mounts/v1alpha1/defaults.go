@@ -10,6 +10,7 @@ func addDefaultingFuncs(scheme *runtime.Scheme) error {
 
 // SetDefaults_MountSpec defaults the type to URL, the identity mode to Impersonate, and the
 // reference's apiVersion and kind from the type, so users only name what is theirs to name.
+// A tunnel with the agent's credentials references nothing: its reference stays empty.
 func SetDefaults_MountSpec(obj *MountSpec) {
 	if obj.Type == "" {
 		obj.Type = MountTypeURL
@@ -19,6 +20,9 @@ func SetDefaults_MountSpec(obj *MountSpec) {
 	}
 	switch obj.Type {
 	case MountTypeURL:
+		if obj.Tunnel != nil && obj.Tunnel.Credentials == TunnelCredentialsAgent {
+			break
+		}
 		if obj.Ref.Kind == "" {
 			obj.Ref.Kind = "Secret"
 		}

@@ -34,6 +34,12 @@ func TestOneErrorPerMistake(t *testing.T) {
 		{"wrong kind and no name", v1alpha1.MountSpec{Ref: v1alpha1.ObjectReference{Kind: "ConfigMap", Namespace: "a"}},
 			[]string{"FieldValueNotSupported spec.ref.kind", "FieldValueRequired spec.ref.name"}},
 		{"defaults only", v1alpha1.MountSpec{Ref: v1alpha1.ObjectReference{Namespace: "a", Name: "b"}}, nil},
+		{"tunnel defaults to Server credentials, which need a Secret", v1alpha1.MountSpec{Tunnel: &v1alpha1.MountTunnel{}},
+			[]string{"FieldValueRequired spec.ref.namespace", "FieldValueRequired spec.ref.name"}},
+		{"tunnel with Server credentials", v1alpha1.MountSpec{Tunnel: &v1alpha1.MountTunnel{}, Ref: v1alpha1.ObjectReference{Namespace: "a", Name: "b"}}, nil},
+		{"tunnel with Agent credentials references nothing", v1alpha1.MountSpec{Tunnel: &v1alpha1.MountTunnel{Credentials: v1alpha1.TunnelCredentialsAgent}}, nil},
+		{"tunnel with Agent credentials and a Secret", v1alpha1.MountSpec{Tunnel: &v1alpha1.MountTunnel{Credentials: v1alpha1.TunnelCredentialsAgent}, Ref: v1alpha1.ObjectReference{Namespace: "a", Name: "b"}},
+			[]string{"FieldValueForbidden spec.ref"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			external := &v1alpha1.Mount{ObjectMeta: metav1.ObjectMeta{Name: "m"}, Spec: c.spec}

@@ -20,6 +20,8 @@ import (
 func FuzzValidateMount(f *testing.F) {
 	f.Add([]byte(`{"Type":"URL","Ref":{"APIVersion":"v1","Kind":"Secret","Namespace":"a","Name":"b"},"Identity":{"Mode":"Impersonate"}}`), []byte(`{"Phase":"Ready","URL":"https://x/"}`))
 	f.Add([]byte(`{"Type":"Workspace","Ref":{"Kind":"Workspace","Name":"root:a"},"CABundle":"LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg=="}`), []byte(`{"URL":"http://[::1"}`))
+	f.Add([]byte(`{"Type":"URL","Ref":{},"Identity":{"Mode":"Impersonate"},"Tunnel":{"Credentials":"Agent"}}`), []byte(`{}`))
+	f.Add([]byte(`{"Type":"URL","Identity":{"Mode":"MountCredentials"},"Tunnel":{"Credentials":"Server"}}`), []byte(`{}`))
 	f.Add([]byte(`{"Timeouts":{"ConnectSeconds":-5},"Identity":{"Mode":"MountCredentials","UserPrefix":"system"}}`), []byte(`{"Conditions":[{"type":""}]}`))
 	f.Fuzz(func(t *testing.T, spec, status []byte) {
 		m := validURLMount()
@@ -70,8 +72,17 @@ func checkSpecInvariants(t *testing.T, s *mounts.MountSpec) {
 			t.Fatalf("accepted prefix %q with mode %q", p, s.Identity.Mode)
 		}
 	}
-	if s.Type == mounts.MountTypeURL && (s.Ref.Kind != secretKind || s.Ref.Namespace == "" || s.Ref.Name == "") {
+	agent := s.Tunnel != nil && s.Tunnel.Credentials == mounts.TunnelCredentialsAgent
+	if s.Type == mounts.MountTypeURL && !agent && (s.Ref.Kind != secretKind || s.Ref.Namespace == "" || s.Ref.Name == "") {
 		t.Fatalf("accepted a URL mount whose reference is not a Secret: %+v", s.Ref)
+	}
+	if tun := s.Tunnel; tun != nil {
+		if s.Type != mounts.MountTypeURL || !supportedTunnelCredentials.Has(tun.Credentials) {
+			t.Fatalf("accepted tunnel %+v on a %s mount", *tun, s.Type)
+		}
+		if agent && (s.Ref != (mounts.ObjectReference{}) || s.Identity.Mode != mounts.IdentityModeImpersonate || len(s.CABundle) > 0) {
+			t.Fatalf("accepted an agent-credential tunnel with a reference, mode %q or a CA bundle", s.Identity.Mode)
+		}
 	}
 	if s.Type != mounts.MountTypeURL && (len(s.CABundle) > 0 || !workspacePathRE.MatchString(s.Ref.Name)) {
 		t.Fatalf("accepted a %s mount with a CA bundle or reference %q", s.Type, s.Ref.Name)

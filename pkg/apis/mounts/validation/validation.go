@@ -35,9 +35,10 @@ const (
 )
 
 var (
-	supportedTypes = sets.New(mounts.MountTypeURL, mounts.MountTypeWorkspace, mounts.MountTypeRedirect)
-	supportedModes = sets.New(mounts.IdentityModeImpersonate, mounts.IdentityModeMountCredentials)
-	supportedPhase = sets.New(mounts.MountPhaseInitializing, mounts.MountPhaseConnecting, mounts.MountPhaseReady, mounts.MountPhaseUnknown)
+	supportedTypes             = sets.New(mounts.MountTypeURL, mounts.MountTypeWorkspace, mounts.MountTypeRedirect)
+	supportedModes             = sets.New(mounts.IdentityModeImpersonate, mounts.IdentityModeMountCredentials)
+	supportedTunnelCredentials = sets.New(mounts.TunnelCredentialsServer, mounts.TunnelCredentialsAgent)
+	supportedPhase             = sets.New(mounts.MountPhaseInitializing, mounts.MountPhaseConnecting, mounts.MountPhaseReady, mounts.MountPhaseUnknown)
 
 	// workspacePathRE matches a kcp logical cluster path: lower-case DNS-label-like segments
 	// separated by colons, e.g. "root:org:team" or a logical cluster name such as "2x7kq3n1".
@@ -82,14 +83,28 @@ func ValidateMountSpec(spec *mounts.MountSpec, fldPath *field.Path) field.ErrorL
 		allErrs = append(allErrs, field.NotSupported(typePath, spec.Type, sets.List(supportedTypes)))
 	}
 
-	allErrs = append(allErrs, validateRef(spec.Type, &spec.Ref, fldPath.Child("ref"))...)
+	agentCredentials := spec.Type == mounts.MountTypeURL && spec.Tunnel != nil && spec.Tunnel.Credentials == mounts.TunnelCredentialsAgent
+	if agentCredentials {
+		// The server holds no credential of the target: nothing to reference.
+		if spec.Ref != (mounts.ObjectReference{}) {
+			allErrs = append(allErrs, field.Forbidden(fldPath.Child("ref"), "must be empty with spec.tunnel.credentials Agent: the agent's own credentials reach the target"))
+		}
+	} else {
+		allErrs = append(allErrs, validateRef(spec.Type, &spec.Ref, fldPath.Child("ref"))...)
+	}
 	allErrs = append(allErrs, validateIdentity(&spec.Identity, fldPath.Child("identity"))...)
+	if spec.Tunnel != nil {
+		allErrs = append(allErrs, validateTunnel(spec, fldPath)...)
+	}
 
 	if len(spec.CABundle) > 0 {
 		caPath := fldPath.Child("caBundle")
-		if spec.Type != mounts.MountTypeURL {
+		switch {
+		case spec.Type != mounts.MountTypeURL:
 			allErrs = append(allErrs, field.Forbidden(caPath, "only allowed for type URL"))
-		} else {
+		case agentCredentials:
+			allErrs = append(allErrs, field.Forbidden(caPath, "not allowed with spec.tunnel.credentials Agent: the agent verifies its target, the server speaks plain HTTP inside the agent's TLS session"))
+		default:
 			allErrs = append(allErrs, validateCABundle(spec.CABundle, caPath)...)
 		}
 	}
@@ -98,6 +113,32 @@ func ValidateMountSpec(spec *mounts.MountSpec, fldPath *field.Path) field.ErrorL
 		timeoutsPath := fldPath.Child("timeouts")
 		allErrs = append(allErrs, validateSeconds(t.ConnectSeconds, MaxConnectSeconds, timeoutsPath.Child("connectSeconds"))...)
 		allErrs = append(allErrs, validateSeconds(t.RequestSeconds, MaxRequestSeconds, timeoutsPath.Child("requestSeconds"))...)
+	}
+	return allErrs
+}
+
+// validateTunnel checks spec.tunnel, which spec has.
+func validateTunnel(spec *mounts.MountSpec, fldPath *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	tunnelPath := fldPath.Child("tunnel")
+	if spec.Type != mounts.MountTypeURL {
+		// The type error (if any) says the rest; a tunnel reaches one cluster's API server.
+		return append(allErrs, field.Forbidden(tunnelPath, "only allowed for type URL"))
+	}
+	credsPath := tunnelPath.Child("credentials")
+	switch c := spec.Tunnel.Credentials; c {
+	case "":
+		allErrs = append(allErrs, field.Required(credsPath, ""))
+	case mounts.TunnelCredentialsServer:
+	case mounts.TunnelCredentialsAgent:
+		// The agent's credentials are its own: lending them bare to every caller would make
+		// each caller the agent's ServiceAccount on the target.
+		if spec.Identity.Mode != mounts.IdentityModeImpersonate && spec.Identity.Mode != "" {
+			allErrs = append(allErrs, field.Invalid(fldPath.Child("identity", "mode"), spec.Identity.Mode,
+				fmt.Sprintf("must be %s with spec.tunnel.credentials Agent: the agent acts only for the callers it is told to impersonate", mounts.IdentityModeImpersonate)))
+		}
+	default:
+		allErrs = append(allErrs, field.NotSupported(credsPath, c, sets.List(supportedTunnelCredentials)))
 	}
 	return allErrs
 }

@@ -37,6 +37,14 @@ func validWorkspaceMount(t mounts.MountType) *mounts.Mount {
 	}
 }
 
+// validAgentTunnelMount is a tunnel mount with the agent's credentials: no reference.
+func validAgentTunnelMount() *mounts.Mount {
+	m := validURLMount()
+	m.Spec.Ref = mounts.ObjectReference{}
+	m.Spec.Tunnel = &mounts.MountTunnel{Credentials: mounts.TunnelCredentialsAgent}
+	return m
+}
+
 func testCA(t testing.TB) []byte {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -94,6 +102,54 @@ func TestValidateMount(t *testing.T) {
 			m.Spec.Identity.Mode = mounts.IdentityModeMountCredentials
 			return m
 		}, nil},
+		{"tunnel with Server credentials", func() *mounts.Mount {
+			m := validURLMount()
+			m.Spec.Tunnel = &mounts.MountTunnel{Credentials: mounts.TunnelCredentialsServer}
+			m.Spec.CABundle = ca
+			return m
+		}, nil},
+		{"tunnel with Server credentials needs its Secret", func() *mounts.Mount {
+			m := validURLMount()
+			m.Spec.Tunnel = &mounts.MountTunnel{Credentials: mounts.TunnelCredentialsServer}
+			m.Spec.Ref = mounts.ObjectReference{}
+			return m
+		}, []string{"FieldValueRequired spec.ref.kind", "FieldValueRequired spec.ref.namespace", "FieldValueRequired spec.ref.name"}},
+		{"tunnel with Agent credentials", validAgentTunnelMount, nil},
+		{"tunnel with Agent credentials and a Secret", func() *mounts.Mount {
+			m := validAgentTunnelMount()
+			m.Spec.Ref = validURLMount().Spec.Ref
+			return m
+		}, []string{"FieldValueForbidden spec.ref"}},
+		{"tunnel with Agent credentials and MountCredentials", func() *mounts.Mount {
+			m := validAgentTunnelMount()
+			m.Spec.Identity.Mode = mounts.IdentityModeMountCredentials
+			return m
+		}, []string{"FieldValueInvalid spec.identity.mode"}},
+		{"tunnel with Agent credentials and a CA bundle", func() *mounts.Mount {
+			m := validAgentTunnelMount()
+			m.Spec.CABundle = ca
+			return m
+		}, []string{"FieldValueForbidden spec.caBundle"}},
+		{"tunnel with Agent credentials and prefixes", func() *mounts.Mount {
+			m := validAgentTunnelMount()
+			m.Spec.Identity.UserPrefix = "hub:"
+			return m
+		}, nil},
+		{"tunnel credentials missing", func() *mounts.Mount {
+			m := validURLMount()
+			m.Spec.Tunnel = &mounts.MountTunnel{}
+			return m
+		}, []string{"FieldValueRequired spec.tunnel.credentials"}},
+		{"tunnel credentials unknown", func() *mounts.Mount {
+			m := validURLMount()
+			m.Spec.Tunnel = &mounts.MountTunnel{Credentials: "Both"}
+			return m
+		}, []string{"FieldValueNotSupported spec.tunnel.credentials"}},
+		{"tunnel on a Workspace mount", func() *mounts.Mount {
+			m := validWorkspaceMount(mounts.MountTypeWorkspace)
+			m.Spec.Tunnel = &mounts.MountTunnel{Credentials: mounts.TunnelCredentialsAgent}
+			return m
+		}, []string{"FieldValueForbidden spec.tunnel"}},
 		{"name missing", func() *mounts.Mount { m := validURLMount(); m.Name = ""; return m },
 			[]string{"FieldValueRequired metadata.name"}},
 		{"name not a DNS subdomain", func() *mounts.Mount { m := validURLMount(); m.Name = "Prod_1"; return m },

@@ -43,6 +43,7 @@ import (
 	"github.com/kcp-dev/mount-apiserver/pkg/pki"
 	"github.com/kcp-dev/mount-apiserver/pkg/proxy"
 	"github.com/kcp-dev/mount-apiserver/pkg/targetpolicy"
+	"github.com/kcp-dev/mount-apiserver/pkg/tunnel"
 )
 
 // publicPaths may be read without credentials: health and version, as in Kubernetes.
@@ -139,6 +140,9 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 		// Mounts of one target share a probe result for a third of the probe interval.
 		Probes: &proxy.ProbeCache{TTL: o.StatusProbeInterval / 3},
 	}
+	sessions := tunnel.NewSessions(tunnel.DefaultMetrics())
+	cfg.Extra.Proxier.Tunnels = sessions
+	cfg.Extra.Tunnel = mountapiserver.TunnelConfig{Sessions: sessions, AuthorizationInterval: o.Tunnel.AuthorizationInterval, ReplicaName: o.Tunnel.ReplicaName}
 	if err := o.applyKcpWorkspaces(cfg.Extra.Proxier); err != nil {
 		return nil, err
 	}

@@ -69,6 +69,8 @@ type Options struct {
 	KcpMode bool
 	// Kcp says how to meet kcp in kcp mode.
 	Kcp KcpOptions
+	// Tunnel configures agents' reverse tunnels.
+	Tunnel TunnelOptions
 	// ProxyAllowedTargets, if not empty, are the only targets mounts may name: CIDRs, IPs and
 	// host names ("*.example.com" for the names below), each but CIDRs with an optional port.
 	ProxyAllowedTargets []string
@@ -129,6 +131,7 @@ func NewOptions() *Options {
 		StatusWorkers:             16,
 		StatusController:          true,
 		Kcp:                       NewKcpOptions(),
+		Tunnel:                    NewTunnelOptions(),
 		LeaderElection: componentbaseconfig.LeaderElectionConfiguration{
 			LeaderElect:       true,
 			LeaseDuration:     metav1.Duration{Duration: 15 * time.Second},
@@ -192,6 +195,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.Int64Var(&o.EmbeddedEtcdQuotaBackendBytes, "embedded-etcd-quota-backend-bytes", o.EmbeddedEtcdQuotaBackendBytes,
 		"Size limit of the embedded etcd's database in bytes; 0 takes etcd's default (2 GiB). Ignored with --etcd-servers.")
 	o.Kcp.AddFlags(fss.FlagSet("kcp"))
+	o.Tunnel.AddFlags(fss.FlagSet("tunnel"))
 	o.ServerRun.AddUniversalFlags(fss.FlagSet("generic"))
 	o.SecureServing.AddFlags(fss.FlagSet("secure serving"))
 	o.Etcd.AddFlags(fss.FlagSet("etcd"))
@@ -230,6 +234,7 @@ func (o *Options) Complete() (CompletedOptions, error) {
 		return CompletedOptions{}, fmt.Errorf("resolving --root-directory %q: %w", o.RootDirectory, err)
 	}
 	o.RootDirectory = root
+	o.Tunnel.Complete()
 	// Fix the effective version and feature gates now that flags are parsed.
 	if err := o.ServerRun.ComponentGlobalsRegistry.Set(); err != nil {
 		return CompletedOptions{}, fmt.Errorf("applying version and feature gate flags: %w", err)
@@ -313,6 +318,7 @@ func (o CompletedOptions) Validate() error {
 		errs = append(errs, errors.New("--apiservice-name publishes the CA of the generated serving certificate; it cannot be used with --tls-cert-file"))
 	}
 	errs = append(errs, o.Kcp.Validate(o.KcpMode)...)
+	errs = append(errs, o.Tunnel.Validate()...)
 	// Logging is process-wide; the command applies it once, Validate only checks it.
 	errs = append(errs, logsapi.Validate(o.Logs, nil, nil).ToAggregate())
 	return utilerrors.NewAggregate(errs)

@@ -1,0 +1,16 @@
+// Command mount-agent opens a Mount's reverse tunnel to mount-apiserver. See README.md.
+package main
+
+import (
+	"os"
+
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/component-base/cli"
+
+	"github.com/kcp-dev/mount-apiserver/pkg/tunnel/agent"
+)
+
+func main() {
+	ctx := genericapiserver.SetupSignalContext()
+	os.Exit(cli.Run(agent.NewCommand(ctx, agent.NewOptions())))
+}

@@ -1,0 +1,228 @@
+package agent
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/rancher/remotedialer"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/component-base/metrics"
+	"k8s.io/klog/v2"
+
+	"github.com/kcp-dev/mount-apiserver/pkg/tunnel"
+)
+
+// Config is the agent's configuration.
+type Config struct {
+	// Hub is how to reach and authenticate to the hub.
+	Hub *rest.Config
+	// AttachURL is the WebSocket URL of the mount's attach subresource.
+	AttachURL string
+	// Mount names the mount in logs and metrics.
+	Mount string
+	// Target is host:port of the agent's one target (tunnel.AddressTarget).
+	Target string
+	// AgentHandler serves tunnel.AddressAgent: it adds the agent's own credentials. nil
+	// answers 503: this agent has no credentials for its target.
+	AgentHandler http.Handler
+	// HealthBindAddress serves /healthz, /readyz and /metrics; empty serves nothing.
+	HealthBindAddress string
+	// MaxBackoff caps the wait between connection attempts.
+	MaxBackoff time.Duration
+	// Registry receives the agent's metrics (sessions, reconnects, dials, bytes), served on
+	// /metrics; nil makes one of the agent's own.
+	Registry metrics.KubeRegistry
+}
+
+// Agent keeps the mount's tunnel session up.
+type Agent struct {
+	cfg      *Config
+	metrics  *tunnel.Metrics
+	registry metrics.KubeRegistry
+	dialer   *websocket.Dialer
+	agent    *pipeListener
+
+	connected atomic.Bool
+	// ready is closed on the first session, for tests and callers that wait.
+	readyOnce sync.Once
+	ready     chan struct{}
+}
+
+// New builds the agent.
+func New(cfg *Config) (*Agent, error) {
+	if cfg.Hub == nil || cfg.AttachURL == "" || cfg.Target == "" {
+		return nil, errors.New("the agent needs the hub, the attach URL and a target")
+	}
+	tlsConfig, err := rest.TLSConfigFor(cfg.Hub)
+	if err != nil {
+		return nil, fmt.Errorf("hub TLS settings: %w", err)
+	}
+	if tlsConfig == nil {
+		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	// A WebSocket is HTTP/1.1.
+	tlsConfig.NextProtos = []string{"http/1.1"}
+	registry := cfg.Registry
+	if registry == nil {
+		registry = metrics.NewKubeRegistry()
+	}
+	m := tunnel.NewMetrics()
+	m.Register(registry)
+	handler := cfg.AgentHandler
+	if handler == nil {
+		handler = http.HandlerFunc(noCredentials)
+	}
+	return &Agent{
+		cfg:      cfg,
+		metrics:  m,
+		registry: registry,
+		dialer: &websocket.Dialer{
+			// Agents behind an egress proxy reach the hub through HTTPS_PROXY.
+			Proxy:            http.ProxyFromEnvironment,
+			TLSClientConfig:  tlsConfig,
+			HandshakeTimeout: 10 * time.Second,
+		},
+		agent: newPipeListener(handler),
+		ready: make(chan struct{}),
+	}, nil
+}
+
+// Connected says whether a session is up.
+func (a *Agent) Connected() bool { return a.connected.Load() }
+
+// Run keeps a session up until ctx ends, reconnecting with exponential backoff and jitter.
+func (a *Agent) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx).WithValues("mount", a.cfg.Mount)
+	ctx = klog.NewContext(ctx, logger)
+	defer a.agent.Close()
+	if a.cfg.HealthBindAddress != "" {
+		stop, err := a.serveHealth(ctx)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	const initialBackoff = 500 * time.Millisecond
+	backoff := initialBackoff
+	for ctx.Err() == nil {
+		start := time.Now()
+		err := a.connectOnce(ctx)
+		if ctx.Err() != nil {
+			break
+		}
+		if time.Since(start) > a.cfg.MaxBackoff {
+			// A session that lasted starts the backoff anew.
+			backoff = initialBackoff
+		}
+		// Full jitter on the upper half: agents of a failed replica do not come back at once.
+		wait := backoff/2 + rand.N(backoff/2+1)
+		logger.Info("Tunnel session ended; reconnecting", "err", errString(err), "after", wait.Round(time.Millisecond))
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+		backoff = min(2*backoff, a.cfg.MaxBackoff)
+	}
+	logger.Info("Agent stopped")
+	return nil
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// connectOnce holds one session until it ends.
+func (a *Agent) connectOnce(ctx context.Context) error {
+	headers, err := a.authHeaders()
+	if err != nil {
+		return err
+	}
+	defer a.connected.Store(false)
+	onConnect := func(context.Context, *remotedialer.Session) error {
+		a.connected.Store(true)
+		a.metrics.SessionStarted(a.cfg.Mount)
+		a.readyOnce.Do(func() { close(a.ready) })
+		klog.FromContext(ctx).Info("Tunnel session up")
+		return nil
+	}
+	err = remotedialer.ConnectToProxyWithDialer(ctx, a.cfg.AttachURL, headers, allowed, a.dialer, a.dial, onConnect)
+	if a.connected.Load() {
+		a.metrics.SessionEnded(a.cfg.Mount)
+	}
+	return err
+}
+
+// authHeaders authenticate the WebSocket request with the hub kubeconfig's bearer token (a
+// token file is read again on every attempt, so a rotated ServiceAccount token works);
+// client certificates are in the TLS configuration.
+func (a *Agent) authHeaders() (http.Header, error) {
+	h := http.Header{}
+	token := a.cfg.Hub.BearerToken
+	if f := a.cfg.Hub.BearerTokenFile; f != "" {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("reading the hub token file: %w", err)
+		}
+		token = strings.TrimSpace(string(data))
+	}
+	if token != "" {
+		h.Set("Authorization", "Bearer "+token)
+	}
+	return h, nil
+}
+
+// allowed is the agent's answer to every connect the hub asks for: only the two addresses.
+// remotedialer ends the whole session on a refused one, which a hub that follows the
+// protocol never causes.
+func allowed(proto, address string) bool {
+	return proto == "tcp" && (address == tunnel.AddressTarget || address == tunnel.AddressAgent)
+}
+
+// dial maps the hub's addresses to what this agent was configured with.
+func (a *Agent) dial(ctx context.Context, network, address string) (net.Conn, error) {
+	start := time.Now()
+	var conn net.Conn
+	var err error
+	switch address {
+	case tunnel.AddressTarget:
+		var d net.Dialer
+		conn, err = d.DialContext(ctx, "tcp", a.cfg.Target)
+	case tunnel.AddressAgent:
+		conn, err = a.agent.dial()
+	default:
+		a.metrics.Dialed(a.cfg.Mount, tunnel.DialRefused, 0)
+		return nil, fmt.Errorf("refusing to dial %s %q: this agent dials only %s and %s", network, address, tunnel.AddressTarget, tunnel.AddressAgent)
+	}
+	if err != nil {
+		a.metrics.Dialed(a.cfg.Mount, tunnel.DialError, time.Since(start))
+		klog.FromContext(ctx).V(2).Info("Dial for the hub failed", "address", address, "err", err.Error())
+		return nil, err
+	}
+	a.metrics.Dialed(a.cfg.Mount, tunnel.DialOK, time.Since(start))
+	return a.metrics.CountBytes(a.cfg.Mount, conn), nil
+}
+
+// noCredentials answers tunnel.AddressAgent on an agent without credentials for its target.
+func noCredentials(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Retry-After", "30")
+	tunnel.WriteStatus(w, &metav1.Status{
+		Code:    http.StatusServiceUnavailable,
+		Reason:  metav1.StatusReasonServiceUnavailable,
+		Message: "this agent has no credentials for its target: the mount's spec.tunnel.credentials Agent needs an agent run with --kubeconfig or in a pod with a ServiceAccount that may impersonate",
+	})
+}

@@ -1,0 +1,163 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	cliflag "k8s.io/component-base/cli/flag"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/validation"
+)
+
+// DefaultMaxBackoff caps the wait between two connection attempts.
+const DefaultMaxBackoff = 30 * time.Second
+
+// Options are the command-line options of mount-agent.
+type Options struct {
+	// HubKubeconfig is the kubeconfig with which the agent reaches mount-apiserver (directly
+	// or through the host's aggregator): bearer token or client certificate, TLS verified.
+	HubKubeconfig string
+	// Mount is the name of the Mount whose tunnel the agent serves.
+	Mount string
+	// Cluster is the kcp logical cluster path of the Mount; empty outside kcp.
+	Cluster string
+	// Target is host:port of the one target the agent dials; empty is the in-cluster
+	// kube-apiserver (KUBERNETES_SERVICE_HOST and _PORT).
+	Target string
+	// Kubeconfig holds the agent's own credentials for its target (agent-credential mode);
+	// empty is the in-cluster ServiceAccount.
+	Kubeconfig string
+	// HealthBindAddress serves /healthz, /readyz and /metrics; empty serves nothing.
+	HealthBindAddress string
+	// MaxBackoff caps the wait between connection attempts.
+	MaxBackoff time.Duration
+
+	// NewAgentHandler builds the handler of tunnel.AddressAgent from the completed options,
+	// for the agent-credential mode: it adds the agent's credentials for its target. nil, or
+	// a nil handler, answers 503: this agent has no credentials for its target.
+	NewAgentHandler func(o *CompletedOptions) (http.Handler, error)
+}
+
+// NewOptions returns the defaults.
+func NewOptions() *Options {
+	return &Options{HealthBindAddress: ":8080", MaxBackoff: DefaultMaxBackoff}
+}
+
+// Flags returns the options as named flag sets.
+func (o *Options) Flags() cliflag.NamedFlagSets {
+	var fss cliflag.NamedFlagSets
+	hub := fss.FlagSet("hub")
+	hub.StringVar(&o.HubKubeconfig, "hub-kubeconfig", o.HubKubeconfig,
+		"Kubeconfig of mount-apiserver (or of the cluster it is aggregated into, or of kcp): the agent attaches with its bearer token or client certificate and verifies the server with its CA. Needs verb create on mounts/attach for --mount.")
+	hub.StringVar(&o.Mount, "mount", o.Mount, "Name of the Mount whose tunnel this agent serves.")
+	hub.StringVar(&o.Cluster, "cluster", o.Cluster, "kcp logical cluster path of the Mount (e.g. root:org:team); empty outside kcp.")
+	hub.DurationVar(&o.MaxBackoff, "max-backoff", o.MaxBackoff, "Longest wait between two connection attempts (exponential backoff with jitter).")
+	target := fss.FlagSet("target")
+	target.StringVar(&o.Target, "target", o.Target,
+		"host:port of the one target the agent dials for the server. Defaults to the in-cluster kube-apiserver (KUBERNETES_SERVICE_HOST:KUBERNETES_SERVICE_PORT).")
+	target.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig,
+		"The agent's own credentials for its target, for Mounts with spec.tunnel.credentials Agent. Defaults to the in-cluster ServiceAccount.")
+	health := fss.FlagSet("health")
+	health.StringVar(&o.HealthBindAddress, "health-bind-address", o.HealthBindAddress,
+		"Address that serves /healthz, /readyz (ready while a session is up) and /metrics; empty serves nothing.")
+	return fss
+}
+
+// CompletedOptions are Options with defaults derived.
+type CompletedOptions struct {
+	*Options
+	// InCluster is true when the agent runs in a pod (the target defaulted from it).
+	InCluster bool
+}
+
+// Complete derives the target from the pod's environment when it is not given.
+func (o *Options) Complete() (*CompletedOptions, error) {
+	host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")
+	inCluster := host != "" && port != ""
+	if o.Target == "" && inCluster {
+		o.Target = net.JoinHostPort(host, port)
+	}
+	return &CompletedOptions{Options: o, InCluster: inCluster}, nil
+}
+
+// Validate checks the options; all problems at once.
+func (o *CompletedOptions) Validate() error {
+	var errs []error
+	if o.HubKubeconfig == "" {
+		errs = append(errs, errors.New("--hub-kubeconfig is required"))
+	}
+	if o.Mount == "" {
+		errs = append(errs, errors.New("--mount is required"))
+	} else if msgs := validation.ValidateMountName(o.Mount, false); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("--mount %q: %s", o.Mount, strings.Join(msgs, ", ")))
+	}
+	if o.Cluster != "" && strings.ContainsAny(o.Cluster, "/?#% ") {
+		errs = append(errs, fmt.Errorf("--cluster %q is not a logical cluster path", o.Cluster))
+	}
+	if o.Target == "" {
+		errs = append(errs, errors.New("--target is required outside a pod"))
+	} else if _, port, err := net.SplitHostPort(o.Target); err != nil || port == "" {
+		errs = append(errs, fmt.Errorf("--target %q must be host:port", o.Target))
+	}
+	if o.MaxBackoff < time.Second {
+		errs = append(errs, errors.New("--max-backoff must be at least 1s"))
+	}
+	return errors.Join(errs...)
+}
+
+// Config builds the agent's configuration.
+func (o *CompletedOptions) Config() (*Config, error) {
+	hub, err := clientcmd.BuildConfigFromFlags("", o.HubKubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("--hub-kubeconfig: %w", err)
+	}
+	attach, err := AttachURL(hub.Host, o.Cluster, o.Mount)
+	if err != nil {
+		return nil, fmt.Errorf("--hub-kubeconfig: %w", err)
+	}
+	cfg := &Config{
+		Hub:               hub,
+		AttachURL:         attach,
+		Mount:             o.Mount,
+		Target:            o.Target,
+		HealthBindAddress: o.HealthBindAddress,
+		MaxBackoff:        o.MaxBackoff,
+	}
+	if o.NewAgentHandler != nil {
+		if cfg.AgentHandler, err = o.NewAgentHandler(o); err != nil {
+			return nil, err
+		}
+	}
+	return cfg, nil
+}
+
+// AttachURL is the WebSocket URL of mounts/<mount>/attach below the hub's server URL, in the
+// logical cluster when one is given.
+func AttachURL(server, cluster, mount string) (string, error) {
+	u, err := url.Parse(server)
+	if err != nil {
+		return "", fmt.Errorf("server URL does not parse: %w", err)
+	}
+	switch u.Scheme {
+	case "https":
+		u.Scheme = "wss"
+	case "http":
+		u.Scheme = "ws"
+	default:
+		return "", fmt.Errorf("server URL %q must be https (or http)", server)
+	}
+	path := strings.TrimSuffix(u.Path, "/")
+	if cluster != "" {
+		path += "/clusters/" + cluster
+	}
+	u.Path = path + "/apis/mounts.kcp.io/v1alpha1/mounts/" + mount + "/attach"
+	u.RawPath, u.RawQuery, u.Fragment = "", "", ""
+	return u.String(), nil
+}

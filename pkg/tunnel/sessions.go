@@ -1,0 +1,299 @@
+package tunnel
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/rancher/remotedialer"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/kcp-dev/mount-apiserver/pkg/clusters"
+)
+
+// Mount names the mount a session serves.
+type Mount struct {
+	Cluster clusters.Name
+	Name    string
+	UID     types.UID
+}
+
+// Key is the session key of the mount (SessionKey).
+func (m Mount) Key() string { return SessionKey(m.Cluster, m.UID) }
+
+// Label names the mount in metrics: its name, and <cluster>/<name> for mounts of a logical
+// cluster, as the proxy's metrics do.
+func (m Mount) Label() string {
+	if m.Cluster == clusters.DefaultCluster || m.Cluster == "" {
+		return m.Name
+	}
+	return string(m.Cluster) + "/" + m.Name
+}
+
+// Event is a change of the session of a mount on this replica.
+type Event struct {
+	Mount Mount
+	// Connected is true when a session started, false when the mount's last session ended.
+	Connected bool
+	// Since is when the session started.
+	Since time.Time
+}
+
+// Sessions holds the agents' sessions on this replica and dials through them. It wraps one
+// remotedialer.Server, which speaks the wire protocol; Sessions decides which session serves a
+// key and closes sessions by key, which remotedialer cannot.
+//
+// One session per key: a new attach replaces the session the key had, on purpose. An agent
+// that restarts (or whose connection died without a close, which the hub notices only when
+// pings stop for a minute) is the agent that should serve now; remotedialer itself would keep
+// dialing through the oldest session, a dead one, until it timed out. Two agents of one mount
+// thus take the session from each other; that is an operator's mistake the AgentConnected
+// condition makes visible, never a way to serve another mount, since the key is the mount's.
+type Sessions struct {
+	server  *remotedialer.Server
+	metrics *Metrics
+
+	mu       sync.Mutex
+	byKey    map[string]*session
+	seq      uint64
+	watchers []func(Event)
+}
+
+// session is one agent connection. clientKey is unique per session (the mount's key and a
+// sequence number), so remotedialer never has two sessions of one client key and this type
+// alone decides which session a key dials through.
+type session struct {
+	mount     Mount
+	clientKey string
+	since     time.Time
+
+	mu     sync.Mutex
+	conn   net.Conn // the hijacked connection, once the WebSocket is up
+	closed bool
+}
+
+// close ends the session: closing the hijacked connection ends remotedialer's read loop,
+// which removes the session and fails its connections.
+func (s *session) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	if s.conn != nil {
+		_ = s.conn.Close()
+	}
+}
+
+// hijacked records the session's connection; a session closed before it had one closes it
+// at once.
+func (s *session) hijacked(conn net.Conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.conn = conn
+	if s.closed {
+		_ = conn.Close()
+	}
+}
+
+type clientKeyContextKey struct{}
+
+// NewSessions returns an empty set of sessions recording into metrics (nil: none).
+func NewSessions(metrics *Metrics) *Sessions {
+	s := &Sessions{metrics: metrics, byKey: map[string]*session{}}
+	s.server = remotedialer.New(func(req *http.Request) (string, bool, error) {
+		// Serve authorized the request and named the session before it reached here.
+		key, ok := req.Context().Value(clientKeyContextKey{}).(string)
+		return key, ok, nil
+	}, writeUpgradeError)
+	return s
+}
+
+// Watch registers fn to learn of sessions starting and ending. fn runs synchronously, outside
+// any lock of Sessions; it must not block.
+func (s *Sessions) Watch(fn func(Event)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.watchers = append(s.watchers, fn)
+}
+
+func (s *Sessions) notify(e Event) {
+	s.mu.Lock()
+	watchers := s.watchers
+	s.mu.Unlock()
+	for _, fn := range watchers {
+		fn(e)
+	}
+}
+
+// Serve upgrades req to the tunnel WebSocket and serves the session of mount until the agent
+// goes, ctx ends, or the session is closed or replaced. The caller has authenticated and
+// authorized the agent for mount.
+func (s *Sessions) Serve(ctx context.Context, w http.ResponseWriter, req *http.Request, mount Mount) {
+	logger := klog.FromContext(ctx).WithValues("mount", mount.Label())
+	key := mount.Key()
+	s.mu.Lock()
+	s.seq++
+	sess := &session{mount: mount, clientKey: key + "#" + strconv.FormatUint(s.seq, 10), since: time.Now()}
+	old := s.byKey[key]
+	s.byKey[key] = sess
+	s.mu.Unlock()
+	if old != nil {
+		logger.Info("A new agent session replaces the mount's previous one")
+		old.close()
+	}
+
+	stop := context.AfterFunc(ctx, sess.close)
+	defer stop()
+
+	s.metrics.SessionStarted(mount.Label())
+	logger.Info("Agent attached")
+	s.notify(Event{Mount: mount, Connected: true, Since: sess.since})
+
+	hw := &hijackRecorder{ResponseWriter: w, session: sess}
+	s.server.ServeHTTP(hw, req.WithContext(context.WithValue(req.Context(), clientKeyContextKey{}, sess.clientKey)))
+	sess.close()
+
+	s.mu.Lock()
+	last := s.byKey[key] == sess
+	if last {
+		delete(s.byKey, key)
+	}
+	s.mu.Unlock()
+	s.metrics.SessionEnded(mount.Label())
+	logger.Info("Agent session ended")
+	if last {
+		s.notify(Event{Mount: mount, Connected: false, Since: sess.since})
+	}
+}
+
+// DialContext dials address through the session of key on this replica. It implements Dialer
+// for the sessions this replica holds.
+func (s *Sessions) DialContext(ctx context.Context, key, address string) (net.Conn, error) {
+	s.mu.Lock()
+	sess := s.byKey[key]
+	s.mu.Unlock()
+	if sess == nil {
+		return nil, ErrNoSession
+	}
+	label := sess.mount.Label()
+	if address != AddressTarget && address != AddressAgent {
+		// The agent would refuse it and end the whole session.
+		s.metrics.Dialed(label, DialRefused, 0)
+		return nil, fmt.Errorf("refusing to ask an agent to dial %q: only %s and %s are dialed through tunnels", address, AddressTarget, AddressAgent)
+	}
+	if !s.server.HasSession(sess.clientKey) {
+		// Attached but not upgraded yet, or just gone.
+		s.metrics.Dialed(label, DialNoSession, 0)
+		return nil, ErrNoSession
+	}
+	start := time.Now()
+	conn, err := s.server.Dialer(sess.clientKey)(ctx, "tcp", address)
+	if err != nil {
+		s.metrics.Dialed(label, DialError, time.Since(start))
+		return nil, fmt.Errorf("dialing through the agent's tunnel: %w", err)
+	}
+	s.metrics.Dialed(label, DialOK, time.Since(start))
+	return s.metrics.CountBytes(label, conn), nil
+}
+
+// Connected says whether this replica holds a session for key, and since when.
+func (s *Sessions) Connected(key string) (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sess, ok := s.byKey[key]; ok {
+		return sess.since, true
+	}
+	return time.Time{}, false
+}
+
+// Close closes the session of key, if this replica holds one; it says whether it did.
+func (s *Sessions) Close(key string) bool {
+	s.mu.Lock()
+	sess := s.byKey[key]
+	s.mu.Unlock()
+	if sess == nil {
+		return false
+	}
+	sess.close()
+	return true
+}
+
+// CloseAll closes every session, as the server stops: hijacked connections outlive the HTTP
+// server's shutdown otherwise.
+func (s *Sessions) CloseAll() {
+	s.mu.Lock()
+	all := make([]*session, 0, len(s.byKey))
+	for _, sess := range s.byKey {
+		all = append(all, sess)
+	}
+	s.mu.Unlock()
+	for _, sess := range all {
+		sess.close()
+	}
+}
+
+// Len is the number of sessions held.
+func (s *Sessions) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.byKey)
+}
+
+// hijackRecorder keeps the connection the WebSocket upgrade hijacks, so that the session can
+// be closed by key.
+type hijackRecorder struct {
+	http.ResponseWriter
+	session *session
+}
+
+func (h *hijackRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, rw, err := http.NewResponseController(h.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	h.session.hijacked(conn)
+	return conn, rw, nil
+}
+
+func (h *hijackRecorder) Unwrap() http.ResponseWriter { return h.ResponseWriter }
+
+// writeUpgradeError answers a failed WebSocket upgrade with a metav1.Status.
+func writeUpgradeError(w http.ResponseWriter, _ *http.Request, code int, err error) {
+	status := apierrors.NewBadRequest(fmt.Sprintf("the attach subresource needs a WebSocket upgrade: %v", err)).Status()
+	if code != http.StatusBadRequest {
+		status.Code = int32(code)
+	}
+	WriteStatus(w, &status)
+}
+
+// IsNoSession says whether err means that no agent is connected.
+func IsNoSession(err error) bool { return errors.Is(err, ErrNoSession) }
+
+// WriteStatus writes status as a JSON metav1.Status with its code.
+func WriteStatus(w http.ResponseWriter, status *metav1.Status) {
+	status.Kind, status.APIVersion = "Status", "v1"
+	if status.Status == "" {
+		status.Status = metav1.StatusFailure
+	}
+	code := int(status.Code)
+	if code == 0 {
+		code = http.StatusInternalServerError
+	}
+	body, err := json.Marshal(status)
+	if err != nil {
+		code, body = http.StatusInternalServerError, []byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","code":500}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	_, _ = w.Write(body)
+}
