@@ -21,6 +21,7 @@ import (
 	utilproxy "k8s.io/apimachinery/pkg/util/proxy"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/transport"
 	"k8s.io/klog/v2"
 )
@@ -206,4 +207,41 @@ func writeStatusObject(w http.ResponseWriter, s *metav1.Status) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(int(s.Code))
 	_, _ = w.Write(data)
+}
+
+// NewCredentialsHandler is the Options.NewAgentHandler of mount-agent: the CredentialsProxy
+// with --kubeconfig, or in a pod with its ServiceAccount; nil (the agent answers 503 on
+// tunnel.AddressAgent) when it has neither. The credentials must be for --target itself, so
+// that the agent still reaches only its one target.
+func NewCredentialsHandler(o *CompletedOptions) (http.Handler, error) {
+	var cfg *rest.Config
+	var err error
+	switch {
+	case o.Kubeconfig != "":
+		if cfg, err = clientcmd.BuildConfigFromFlags("", o.Kubeconfig); err != nil {
+			return nil, fmt.Errorf("--kubeconfig: %w", err)
+		}
+	case o.InCluster:
+		if cfg, err = rest.InClusterConfig(); err != nil {
+			return nil, fmt.Errorf("in-cluster credentials: %w", err)
+		}
+	default:
+		return nil, nil
+	}
+	u, err := url.Parse(cfg.Host)
+	if err != nil {
+		return nil, fmt.Errorf("target credentials: server %q: %w", cfg.Host, err)
+	}
+	host := u.Host
+	if u.Port() == "" {
+		host = net.JoinHostPort(u.Hostname(), "443")
+	}
+	if host != o.Target {
+		return nil, fmt.Errorf("the agent's credentials are for %s, not for --target %s: the agent reaches only its one target", host, o.Target)
+	}
+	p, err := NewCredentialsProxy(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
 }
