@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
-	cliflag "k8s.io/component-base/cli/flag"
 	"k8s.io/client-go/tools/clientcmd"
+	cliflag "k8s.io/component-base/cli/flag"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/validation"
 )
