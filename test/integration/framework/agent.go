@@ -52,21 +52,31 @@ type AgentProcess struct {
 // its log when the test failed.
 func StartAgent(t testing.TB, ns *Netns, args ...string) *AgentProcess {
 	t.Helper()
-	bin, err := BuildAgent()
+	a, err := RunAgent(ns, filepath.Join(t.TempDir(), "mount-agent.log"), args...)
 	if err != nil {
-		t.Fatalf("building mount-agent: %v", err)
+		t.Fatal(err)
 	}
-	a := &AgentProcess{ns: ns, bin: bin, args: args, logPath: filepath.Join(t.TempDir(), "mount-agent.log")}
 	t.Cleanup(func() {
 		a.Kill()
 		if t.Failed() {
 			t.Logf("mount-agent %v log (tail):\n%s", args, tail(a.Log(), 60))
 		}
 	})
-	if err := a.Start(); err != nil {
-		t.Fatal(err)
-	}
 	return a
+}
+
+// RunAgent builds mount-agent and starts it in ns with args, its output in logPath. The
+// caller kills it.
+func RunAgent(ns *Netns, logPath string, args ...string) (*AgentProcess, error) {
+	bin, err := BuildAgent()
+	if err != nil {
+		return nil, fmt.Errorf("building mount-agent: %w", err)
+	}
+	a := &AgentProcess{ns: ns, bin: bin, args: args, logPath: logPath}
+	if err := a.Start(); err != nil {
+		return nil, err
+	}
+	return a, nil
 }
 
 // Start starts the agent (again); its output is appended to its log.
