@@ -139,7 +139,9 @@ func run(requests, listMB, lists, execs, rounds int) error {
 		return err
 	}
 	direct := agg.DirectConfig(bencherHost)
-	mountBase := func(name string) string { return agg.Mount.URL + "/apis/mounts.kcp.io/v1alpha1/mounts/" + name + "/proxy" }
+	mountBase := func(name string) string {
+		return agg.Mount.URL + "/apis/mounts.kcp.io/v1alpha1/mounts/" + name + "/proxy"
+	}
 	paths := []*path{
 		{name: "direct to the remote", cfg: bencherRemote, base: remote.URL},
 		{name: "plain mount", cfg: direct, base: mountBase("bench")},
