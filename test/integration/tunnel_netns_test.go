@@ -317,6 +317,23 @@ func TestTunnelNetns(t *testing.T) {
 		t.Logf("agent restarted: prod answers again after %v", b.waitAnswers(t, aliceHTTP, "prod").Round(time.Millisecond))
 	})
 
+	t.Run("an agent of one mount cannot serve another", func(t *testing.T) {
+		// prod's agent identity tries to take prod-agent's tunnel: the hub refuses it, and
+		// prod-agent keeps its own agent (which impersonates; prod's agent has no credentials).
+		rogue := framework.StartAgent(t, b.ns, "--hub-kubeconfig", b.hubKubeconfig(t, "mount-agent", "mount-agent-prod"),
+			"--mount", "prod-agent", "--target", b.targetAddr, "--health-bind-address", "", "--max-backoff", "1s")
+		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			return strings.Contains(rogue.Log(), "403") || strings.Contains(strings.ToLower(rogue.Log()), "forbidden"), nil
+		})
+		if err != nil {
+			t.Fatalf("the agent of prod was not refused the tunnel of prod-agent; its log:\n%s", rogue.Log())
+		}
+		rogue.Kill()
+		if out, err := exec.Command(b.kubectl, "--kubeconfig", writeKubeconfig(t, cfg), "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}").CombinedOutput(); err != nil || string(out) != "alice" {
+			t.Fatalf("whoami through prod-agent after the refused attach: %v: %s", err, out)
+		}
+	})
+
 	t.Run("no leak after 1000 requests and 50 reconnects", func(t *testing.T) {
 		metricsCfg := b.agg.DirectConfig(b.host.AdminConfig)
 		metric := func(name string) int {
@@ -358,6 +375,21 @@ func TestTunnelNetns(t *testing.T) {
 		t.Logf("%d proxied requests, 50 agent reconnects: goroutines %d -> %d, open fds %d -> %d", requests, baseGoroutines, goroutines, baseFDs, fds)
 		if err != nil {
 			t.Fatalf("goroutines %d (baseline %d) or open fds %d (baseline %d) did not come back", goroutines, baseGoroutines, fds, baseFDs)
+		}
+	})
+
+	t.Run("target down with the agents connected", func(t *testing.T) {
+		// Last: the target does not come back. Both agents stay attached; each request is a
+		// 502 Status (not the 503 of a missing agent).
+		b.target.Stop()
+		for _, mount := range []string{"prod", "prod-agent"} {
+			code, _, body := b.aliceGet(t, aliceHTTP, mount, "/api")
+			var status metav1.Status
+			if code != http.StatusBadGateway || json.Unmarshal([]byte(body), &status) != nil || status.Kind != "Status" {
+				t.Errorf("%s with its target down: %d %s", mount, code, body)
+			} else {
+				t.Logf("%s with its target down: %d %s", mount, code, status.Message)
+			}
 		}
 	})
 }
