@@ -38,7 +38,7 @@ import (
 // A nil *Netns is the host's namespace: Command, Listen and DialContext then act as usual, so
 // the framework's helpers take a *Netns and need no second code path.
 type Netns struct {
-	// Name is the namespace's name for ip netns (mnt-<random>).
+	// Name is the namespace's name for ip netns: mnt-<pid of this process>-<random>.
 	Name string
 
 	fd      int
@@ -56,11 +56,12 @@ func NewNetns(t testing.TB) *Netns {
 	if _, err := exec.LookPath("ip"); err != nil {
 		t.Fatalf("the ip command (iproute2) is needed for network namespace tests: %v", err)
 	}
+	sweepOrphans(t)
 	var b [4]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		t.Fatal(err)
 	}
-	n := &Netns{Name: "mnt-" + hex.EncodeToString(b[:]), fd: -1}
+	n := &Netns{Name: fmt.Sprintf("%s%d-%s", netnsPrefix, os.Getpid(), hex.EncodeToString(b[:])), fd: -1}
 	if out, err := exec.Command("ip", "netns", "add", n.Name).CombinedOutput(); err != nil {
 		t.Fatalf("ip netns add %s: %v: %s", n.Name, err, out)
 	}
@@ -82,6 +83,40 @@ func NewNetns(t testing.TB) *Netns {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// netnsPrefix starts the names of the framework's namespaces; the creator's pid follows.
+const netnsPrefix = "mnt-"
+
+// sweepOrphans deletes the namespaces of test processes that are gone (killed before their
+// cleanup ran), with everything left in them. Namespaces of live processes, other tests
+// running now, are never touched; a reused pid only keeps an orphan a while longer.
+func sweepOrphans(t testing.TB) {
+	t.Helper()
+	entries, err := os.ReadDir("/var/run/netns")
+	if err != nil {
+		return // none yet
+	}
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), netnsPrefix)
+		if !ok {
+			continue
+		}
+		pidText, _, ok := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidText)
+		if !ok || err != nil || pid <= 0 || unix.Kill(pid, 0) != unix.ESRCH {
+			continue
+		}
+		orphan := &Netns{Name: e.Name(), fd: -1}
+		if dirs, err := filepath.Glob(filepath.Join(os.TempDir(), e.Name()+"-*")); err == nil && len(dirs) == 1 {
+			orphan.sockDir = dirs[0]
+		}
+		if err := orphan.destroy(); err != nil {
+			t.Logf("removing the orphaned network namespace %s: %v", e.Name(), err)
+		} else {
+			t.Logf("removed the orphaned network namespace %s of process %d, which is gone", e.Name(), pid)
+		}
+	}
 }
 
 // Command returns a command that runs name with args inside the namespace. It dies with the

@@ -6,6 +6,7 @@ package netns
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -199,5 +200,42 @@ func TestNetnsCleanup(t *testing.T) {
 	// Killed: gone, or a zombie until the Wait above collects it.
 	if stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat"); err == nil && !strings.Contains(string(stat), ") Z") {
 		t.Fatalf("process %d still running: %s", pid, stat)
+	}
+}
+
+// TestNetnsSweepsOrphans: the namespace of a test process killed before its cleanup (named
+// after that process's pid) is deleted by the next NewNetns, with what runs in it; the
+// namespace of a live process is not.
+func TestNetnsSweepsOrphans(t *testing.T) {
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	orphan := fmt.Sprintf("mnt-%d-00000000", gone.Process.Pid)
+	live := fmt.Sprintf("mnt-%d-00000001", os.Getpid())
+	for _, name := range []string{orphan, live} {
+		if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+			t.Fatalf("ip netns add %s: %v: %s", name, err, out)
+		}
+	}
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "delete", live).Run() })
+	left := exec.Command("ip", "netns", "exec", orphan, "sleep", "600")
+	if err := left.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = left.Wait(); close(exited) }()
+
+	framework.NewNetns(t)
+	if _, err := os.Stat(filepath.Join("/var/run/netns", orphan)); !os.IsNotExist(err) {
+		t.Fatalf("the orphan %s is still there: %v", orphan, err)
+	}
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the process in the orphan was not killed")
+	}
+	if _, err := os.Stat(filepath.Join("/var/run/netns", live)); err != nil {
+		t.Fatalf("the namespace of a live process was swept: %v", err)
 	}
 }
