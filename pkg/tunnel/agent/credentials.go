@@ -237,7 +237,13 @@ func NewCredentialsHandler(o *CompletedOptions) (http.Handler, error) {
 		host = net.JoinHostPort(u.Hostname(), "443")
 	}
 	if host != o.Target {
-		return nil, fmt.Errorf("the agent's credentials are for %s, not for --target %s: the agent reaches only its one target", host, o.Target)
+		if o.Kubeconfig == "" {
+			// The pod's own credentials are for the in-cluster kube-apiserver, and --target
+			// names another: serve Server-credential mounts, and answer Agent ones with 503.
+			klog.Background().Info("The pod's ServiceAccount is not for --target: mounts with Agent credentials are not served", "credentials", host, "target", o.Target)
+			return nil, nil
+		}
+		return nil, fmt.Errorf("--kubeconfig is for %s, not for --target %s: the agent reaches only its one target", host, o.Target)
 	}
 	p, err := NewCredentialsProxy(cfg)
 	if err != nil {

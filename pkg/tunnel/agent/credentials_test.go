@@ -384,3 +384,38 @@ func getWith(t *testing.T, url string, h http.Header) (string, int) {
 	body, _ := io.ReadAll(resp.Body)
 	return string(body), resp.StatusCode
 }
+
+// TestNewCredentialsHandler: the agent's credentials serve only its --target.
+func TestNewCredentialsHandler(t *testing.T) {
+	kubeconfig := func(server string) string {
+		data, err := framework.KubeconfigBytes(&rest.Config{Host: server, BearerToken: "agent-token"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(t.TempDir(), "kubeconfig")
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	for _, tc := range []struct {
+		name, kubeconfig, target string
+		wantHandler, wantErr     bool
+	}{
+		{name: "no credentials outside a pod", target: "127.0.0.1:6443"},
+		{name: "for the target", kubeconfig: kubeconfig("https://127.0.0.1:6443"), target: "127.0.0.1:6443", wantHandler: true},
+		{name: "default port", kubeconfig: kubeconfig("https://target.example"), target: "target.example:443", wantHandler: true},
+		{name: "for another address", kubeconfig: kubeconfig("https://127.0.0.1:6444"), target: "127.0.0.1:6443", wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := &CompletedOptions{Options: &Options{Kubeconfig: tc.kubeconfig, Target: tc.target}}
+			h, err := NewCredentialsHandler(o)
+			if (err != nil) != tc.wantErr || (h != nil) != tc.wantHandler {
+				t.Fatalf("handler %v, error %v", h, err)
+			}
+			if err != nil && strings.Contains(err.Error(), "agent-token") {
+				t.Fatalf("the token in an error: %v", err)
+			}
+		})
+	}
+}
