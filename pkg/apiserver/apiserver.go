@@ -15,7 +15,9 @@ import (
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
 	"github.com/kcp-dev/mount-apiserver/pkg/clusters"
+	"github.com/kcp-dev/mount-apiserver/pkg/controller/agentconnected"
 	"github.com/kcp-dev/mount-apiserver/pkg/embeddedetcd"
+	clientset "github.com/kcp-dev/mount-apiserver/pkg/generated/clientset/versioned"
 	"github.com/kcp-dev/mount-apiserver/pkg/kcp"
 	"github.com/kcp-dev/mount-apiserver/pkg/proxy"
 	mountsregistry "github.com/kcp-dev/mount-apiserver/pkg/registry/mounts"
@@ -155,6 +157,18 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 
 	if sessions != nil {
+		agents := agentconnected.New(sessions, c.Extra.Tunnel.ReplicaName)
+		sessions.Watch(agents.Observe)
+		if err := generic.AddPostStartHook("start-mount-agent-connected", func(hookCtx genericapiserver.PostStartHookContext) error {
+			client, err := clientset.NewForConfig(hookCtx.LoopbackClientConfig)
+			if err != nil {
+				return fmt.Errorf("creating loopback client: %w", err)
+			}
+			go agents.Run(klog.NewContext(hookCtx, klog.FromContext(hookCtx).WithName(agentconnected.ControllerName)), client)
+			return nil
+		}); err != nil {
+			return nil, fmt.Errorf("adding post-start hook: %w", err)
+		}
 		// Hijacked connections outlive the HTTP server's shutdown: end the sessions, and the
 		// agents reconnect to another replica.
 		if err := generic.AddPreShutdownHook("mount-tunnel-sessions", func() error {

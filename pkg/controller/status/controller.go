@@ -130,7 +130,9 @@ func New(client clientset.Interface, informer mountinformers.MountInformer, prob
 		UpdateFunc: func(oldObj, newObj any) {
 			o, n := oldObj.(*v1alpha1.Mount), newObj.(*v1alpha1.Mount)
 			// Our own status writes change neither; a spec change or a status reset does.
-			if o.Generation != n.Generation || n.Status.ObservedGeneration != n.Generation || n.Status.Phase == "" {
+			// So does an agent attaching or leaving (pkg/controller/agentconnected): the phase
+			// follows it at once, not at the next probe.
+			if o.Generation != n.Generation || n.Status.ObservedGeneration != n.Generation || n.Status.Phase == "" || agentChanged(o, n) {
 				c.enqueue(n)
 			}
 		},

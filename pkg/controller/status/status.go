@@ -22,6 +22,8 @@ const (
 	// longer does.
 	ReasonTargetLost            = "TargetLost"
 	ReasonCredentialsUnresolved = "CredentialsNotResolved"
+	// ReasonAgentNotConnected: a tunnel mount without an agent.
+	ReasonAgentNotConnected = "AgentNotConnected"
 )
 
 // ProxyURL is the URL at which a mount's proxy is served below base.
@@ -55,19 +57,53 @@ func computeStatus(m *v1alpha1.Mount, r proxy.ProbeResult, url string, now metav
 		setCondition(s, v1alpha1.ConditionReady, metav1.ConditionFalse, reason, r.CredentialsErr.Error(), gen, now)
 	case r.ReachErr != nil:
 		reason := ReasonProbeFailed
-		if wasReachable {
+		var noAgent *proxy.NoAgentError
+		switch {
+		case errors.As(r.ReachErr, &noAgent):
+			// No agent on any replica: the mount waits for one (Connecting), whatever it
+			// was before; a condition still naming a replica that died is out of date.
+			reason = ReasonAgentNotConnected
+			if meta.IsStatusConditionTrue(s.Conditions, v1alpha1.ConditionAgentConnected) {
+				setCondition(s, v1alpha1.ConditionAgentConnected, metav1.ConditionFalse, ReasonAgentNotConnected, "No agent is connected.", gen, now)
+			}
+		case wasReachable:
 			reason = ReasonTargetLost
 		}
-		setCondition(s, v1alpha1.ConditionCredentialsResolved, metav1.ConditionTrue, ReasonResolved, "The kubeconfig of the referenced Secret is usable.", gen, now)
+		setCondition(s, v1alpha1.ConditionCredentialsResolved, metav1.ConditionTrue, ReasonResolved, resolvedMessage(m), gen, now)
 		setCondition(s, v1alpha1.ConditionTargetReachable, metav1.ConditionFalse, reason, r.ReachErr.Error(), gen, now)
 		setCondition(s, v1alpha1.ConditionReady, metav1.ConditionFalse, reason, r.ReachErr.Error(), gen, now)
 	default:
-		setCondition(s, v1alpha1.ConditionCredentialsResolved, metav1.ConditionTrue, ReasonResolved, "The kubeconfig of the referenced Secret is usable.", gen, now)
+		setCondition(s, v1alpha1.ConditionCredentialsResolved, metav1.ConditionTrue, ReasonResolved, resolvedMessage(m), gen, now)
 		setCondition(s, v1alpha1.ConditionTargetReachable, metav1.ConditionTrue, ReasonProbeSucceeded, "GET "+r.Path+" answered 200.", gen, now)
 		setCondition(s, v1alpha1.ConditionReady, metav1.ConditionTrue, ReasonProbeSucceeded, "Requests through the mount reach its target.", gen, now)
 	}
+	if m.Spec.Tunnel != nil && meta.IsStatusConditionTrue(s.Conditions, v1alpha1.ConditionReady) &&
+		meta.FindStatusCondition(s.Conditions, v1alpha1.ConditionAgentConnected) == nil {
+		// Not Ready without an agent the replica holding it has reported; its write
+		// triggers this controller again.
+		setCondition(s, v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonAgentNotConnected, "Waiting for the replica that holds the agent's session to report it.", gen, now)
+	}
 	s.Phase = phaseOf(s.Conditions)
 	return *s
+}
+
+// resolvedMessage says what resolved: the Secret's kubeconfig, or nothing to resolve for a
+// tunnel whose agent brings its own credentials.
+func resolvedMessage(m *v1alpha1.Mount) string {
+	if t := m.Spec.Tunnel; t != nil && t.Credentials == v1alpha1.TunnelCredentialsAgent {
+		return "The agent's own credentials reach the target; the server holds none."
+	}
+	return "The kubeconfig of the referenced Secret is usable."
+}
+
+// agentChanged says whether the AgentConnected condition differs between o and n.
+func agentChanged(o, n *v1alpha1.Mount) bool {
+	a := meta.FindStatusCondition(o.Status.Conditions, v1alpha1.ConditionAgentConnected)
+	b := meta.FindStatusCondition(n.Status.Conditions, v1alpha1.ConditionAgentConnected)
+	if a == nil || b == nil {
+		return (a == nil) != (b == nil)
+	}
+	return a.Status != b.Status || a.Message != b.Message || !a.LastTransitionTime.Equal(&b.LastTransitionTime)
 }
 
 // phaseOf is the phase the conditions say.

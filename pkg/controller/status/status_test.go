@@ -137,3 +137,37 @@ func TestEventMessage(t *testing.T) {
 		t.Errorf("event message %q carries the condition's message", got)
 	}
 }
+
+// TestTunnelPhaseFollowsAgent: a tunnel mount is Ready only with an agent reported; without
+// an agent anywhere it is Connecting (not Unknown), and a condition naming a replica that is
+// gone is set False.
+func TestTunnelPhaseFollowsAgent(t *testing.T) {
+	now := metav1.NewTime(time.Unix(1000, 0))
+	const url = "https://hub/apis/mounts.kcp.io/v1alpha1/mounts/m/proxy"
+	m := &v1alpha1.Mount{ObjectMeta: metav1.ObjectMeta{Name: "m", Generation: 1}, Spec: v1alpha1.MountSpec{Tunnel: &v1alpha1.MountTunnel{Credentials: v1alpha1.TunnelCredentialsAgent}}}
+
+	s := computeStatus(m, proxy.ProbeResult{Path: "/readyz"}, url, now)
+	if s.Phase == v1alpha1.MountPhaseReady {
+		t.Fatal("Ready before the agent was reported")
+	}
+	meta.SetStatusCondition(&m.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionAgentConnected, Status: metav1.ConditionTrue, Reason: "Attached", Message: `An agent is connected to replica "r1".`, LastTransitionTime: now})
+	m.Status = computeStatus(m, proxy.ProbeResult{Path: "/readyz"}, url, now)
+	if m.Status.Phase != v1alpha1.MountPhaseReady {
+		t.Fatalf("phase %s with an agent", m.Status.Phase)
+	}
+	if c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.ConditionCredentialsResolved); !strings.Contains(c.Message, "agent's own credentials") {
+		t.Errorf("CredentialsResolved: %q", c.Message)
+	}
+
+	noAgent := proxy.ProbeResult{ReachErr: &proxy.NoAgentError{Mount: "m"}}
+	m.Status = computeStatus(m, noAgent, url, now)
+	if m.Status.Phase != v1alpha1.MountPhaseConnecting {
+		t.Errorf("phase %s without an agent, want Connecting", m.Status.Phase)
+	}
+	if c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.ConditionAgentConnected); c.Status != metav1.ConditionFalse {
+		t.Errorf("AgentConnected after no agent was found: %+v", c)
+	}
+	if c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.ConditionReady); c.Reason != ReasonAgentNotConnected || !strings.Contains(c.Message, `mount "m"`) {
+		t.Errorf("Ready: %+v", c)
+	}
+}

@@ -3,14 +3,15 @@ package agent
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -55,9 +56,6 @@ type Agent struct {
 	agent    *pipeListener
 
 	connected atomic.Bool
-	// ready is closed on the first session, for tests and callers that wait.
-	readyOnce sync.Once
-	ready     chan struct{}
 }
 
 // New builds the agent.
@@ -95,7 +93,6 @@ func New(cfg *Config) (*Agent, error) {
 			HandshakeTimeout: 10 * time.Second,
 		},
 		agent: newPipeListener(handler),
-		ready: make(chan struct{}),
 	}, nil
 }
 
@@ -106,7 +103,7 @@ func (a *Agent) Connected() bool { return a.connected.Load() }
 func (a *Agent) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithValues("mount", a.cfg.Mount)
 	ctx = klog.NewContext(ctx, logger)
-	defer a.agent.Close()
+	defer a.agent.stop()
 	if a.cfg.HealthBindAddress != "" {
 		stop, err := a.serveHealth(ctx)
 		if err != nil {
@@ -146,25 +143,50 @@ func errString(err error) string {
 	return err.Error()
 }
 
-// connectOnce holds one session until it ends.
+// connectOnce holds one session until it ends. It does what remotedialer's
+// ConnectToProxyWithDialer does (same protocol, same library), but closes the session only
+// after its Serve returned: ConnectToProxyWithDialer of v0.6.1 races with its own ping
+// start when ctx ends right after the connect (go test -race), and it logs the hub's answer
+// to a refused attach without returning it.
 func (a *Agent) connectOnce(ctx context.Context) error {
 	headers, err := a.authHeaders()
 	if err != nil {
 		return err
 	}
-	defer a.connected.Store(false)
-	onConnect := func(context.Context, *remotedialer.Session) error {
-		a.connected.Store(true)
-		a.metrics.SessionStarted(a.cfg.Mount)
-		a.readyOnce.Do(func() { close(a.ready) })
-		klog.FromContext(ctx).Info("Tunnel session up")
-		return nil
+	ws, resp, err := a.dialer.DialContext(ctx, a.cfg.AttachURL, headers)
+	if err != nil {
+		if resp != nil {
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+			return fmt.Errorf("the hub refused the attach: %s: %s", resp.Status, statusMessage(body))
+		}
+		return fmt.Errorf("connecting to the hub: %w", err)
 	}
-	err = remotedialer.ConnectToProxyWithDialer(ctx, a.cfg.AttachURL, headers, allowed, a.dialer, a.dial, onConnect)
-	if a.connected.Load() {
+	defer ws.Close()
+	session := remotedialer.NewClientSessionWithDialer(allowed, ws, a.dial)
+	defer session.Close()
+	// Ending ctx closes the WebSocket, which ends Serve.
+	stop := context.AfterFunc(ctx, func() { _ = ws.Close() })
+	defer stop()
+
+	a.connected.Store(true)
+	a.metrics.SessionStarted(a.cfg.Mount)
+	klog.FromContext(ctx).Info("Tunnel session up")
+	defer func() {
+		a.connected.Store(false)
 		a.metrics.SessionEnded(a.cfg.Mount)
-	}
+	}()
+	_, err = session.Serve(ctx)
 	return err
+}
+
+// statusMessage is the message of a metav1.Status body, or the body itself, in one line.
+func statusMessage(body []byte) string {
+	var status metav1.Status
+	if json.Unmarshal(body, &status) == nil && status.Message != "" {
+		return status.Message
+	}
+	return strings.Join(strings.Fields(string(body)), " ")
 }
 
 // authHeaders authenticate the WebSocket request with the hub kubeconfig's bearer token (a

@@ -47,13 +47,16 @@ func (l *pipeListener) Accept() (net.Conn, error) {
 	}
 }
 
-// Close stops accepting and closes the handler's connections.
+// Close stops accepting (the server closes its listener with this).
 func (l *pipeListener) Close() error {
-	l.once.Do(func() {
-		close(l.done)
-		_ = l.server.Close()
-	})
+	l.once.Do(func() { close(l.done) })
 	return nil
+}
+
+// stop stops the handler's server and closes its connections.
+func (l *pipeListener) stop() {
+	_ = l.Close()
+	_ = l.server.Close()
 }
 
 func (l *pipeListener) Addr() net.Addr { return pipeAddr{} }

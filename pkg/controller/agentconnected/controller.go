@@ -1,0 +1,156 @@
+package agentconnected
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
+	"github.com/kcp-dev/mount-apiserver/pkg/clusters"
+	clientset "github.com/kcp-dev/mount-apiserver/pkg/generated/clientset/versioned"
+	"github.com/kcp-dev/mount-apiserver/pkg/generated/clientset/versioned/scheme"
+	"github.com/kcp-dev/mount-apiserver/pkg/tunnel"
+)
+
+// ControllerName is the field manager of the condition writes.
+const ControllerName = "mount-agent-connected"
+
+// Reasons of the AgentConnected condition.
+const (
+	ReasonAttached = "Attached"
+	ReasonDetached = "Detached"
+	// ReasonNoAgent is set by the status controller when a probe finds no agent on any
+	// replica while the condition still says one is connected (its replica died).
+	ReasonNoAgent = "NoAgent"
+)
+
+// ConnectedMessage is the message of the True condition written by replica.
+func ConnectedMessage(replica string) string {
+	return fmt.Sprintf("An agent is connected to replica %q.", replica)
+}
+
+// Sessions says whether this replica holds a session, and since when.
+type Sessions interface {
+	Connected(key string) (time.Time, bool)
+}
+
+// Controller writes the condition of the mounts whose sessions start or end on this replica.
+type Controller struct {
+	client   clientset.Interface
+	sessions Sessions
+	replica  string
+	queue    workqueue.TypedRateLimitingInterface[tunnel.Mount]
+}
+
+// New returns the controller; feed it with Observe (tunnel.Sessions.Watch) from the start,
+// and Run it once the server serves.
+func New(sessions Sessions, replica string) *Controller {
+	return &Controller{
+		sessions: sessions,
+		replica:  replica,
+		// A mount whose agent flaps is written at most at this rate: the queue coalesces.
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[tunnel.Mount](500*time.Millisecond, time.Minute),
+			workqueue.TypedRateLimitingQueueConfig[tunnel.Mount]{Name: "mount_agent_connected"}),
+	}
+}
+
+// Observe queues the mount of a session event.
+func (c *Controller) Observe(e tunnel.Event) { c.queue.Add(e.Mount) }
+
+// Run writes conditions through client until ctx ends. It is called once.
+func (c *Controller) Run(ctx context.Context, client clientset.Interface) {
+	c.client = client
+	defer c.queue.ShutDown()
+	go wait.UntilWithContext(ctx, func(ctx context.Context) {
+		for c.processNext(ctx) {
+		}
+	}, time.Second)
+	<-ctx.Done()
+}
+
+func (c *Controller) processNext(ctx context.Context) bool {
+	m, shutdown := c.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer c.queue.Done(m)
+	if err := c.sync(ctx, m); err != nil {
+		klog.FromContext(ctx).V(2).Info("Writing the AgentConnected condition failed; retrying", "mount", m.Label(), "err", err.Error())
+		c.queue.AddRateLimited(m)
+		return true
+	}
+	c.queue.Forget(m)
+	return true
+}
+
+// sync writes what this replica knows now: True with its name and the session's start while
+// it holds a session; False when it does not and the condition still names this replica (a
+// session taken over by another replica is that replica's to report).
+func (c *Controller) sync(ctx context.Context, m tunnel.Mount) error {
+	since, connected := c.sessions.Connected(m.Key())
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		current, err := c.get(ctx, m)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if current.UID != m.UID || current.Spec.Tunnel == nil {
+			return nil // another mount of the name now, or no tunnel: not ours to say
+		}
+		mine := ConnectedMessage(c.replica)
+		cond := metav1.Condition{Type: v1alpha1.ConditionAgentConnected, ObservedGeneration: current.Generation}
+		prev := meta.FindStatusCondition(current.Status.Conditions, v1alpha1.ConditionAgentConnected)
+		if connected {
+			cond.Status, cond.Reason, cond.Message, cond.LastTransitionTime = metav1.ConditionTrue, ReasonAttached, mine, metav1.NewTime(since.Truncate(time.Second))
+			if prev != nil && prev.Status == cond.Status && prev.Message == cond.Message && prev.LastTransitionTime.Equal(&cond.LastTransitionTime) {
+				return nil
+			}
+		} else {
+			if prev != nil && (prev.Status != metav1.ConditionTrue || prev.Message != mine) {
+				return nil
+			}
+			cond.Status, cond.Reason, cond.Message, cond.LastTransitionTime = metav1.ConditionFalse, ReasonDetached, "No agent is connected.", metav1.Now()
+		}
+		// Set by hand: SetStatusCondition keeps the old transition time when the status is
+		// unchanged, and a new session is a new "since".
+		meta.RemoveStatusCondition(&current.Status.Conditions, v1alpha1.ConditionAgentConnected)
+		current.Status.Conditions = append(current.Status.Conditions, cond)
+		return c.updateStatus(ctx, m.Cluster, current)
+	})
+}
+
+func (c *Controller) get(ctx context.Context, m tunnel.Mount) (*v1alpha1.Mount, error) {
+	if m.Cluster == clusters.DefaultCluster || m.Cluster == "" {
+		return c.client.MountsV1alpha1().Mounts().Get(ctx, m.Name, metav1.GetOptions{})
+	}
+	out := &v1alpha1.Mount{}
+	err := c.client.MountsV1alpha1().RESTClient().Get().
+		AbsPath("/clusters", string(m.Cluster), "apis", v1alpha1.SchemeGroupVersion.Group, v1alpha1.SchemeGroupVersion.Version, "mounts", m.Name).
+		Do(ctx).Into(out)
+	return out, err
+}
+
+func (c *Controller) updateStatus(ctx context.Context, cluster clusters.Name, m *v1alpha1.Mount) error {
+	opts := metav1.UpdateOptions{FieldManager: ControllerName}
+	if cluster == clusters.DefaultCluster || cluster == "" {
+		_, err := c.client.MountsV1alpha1().Mounts().UpdateStatus(ctx, m, opts)
+		return err
+	}
+	return c.client.MountsV1alpha1().RESTClient().Put().
+		AbsPath("/clusters", string(cluster), "apis", v1alpha1.SchemeGroupVersion.Group, v1alpha1.SchemeGroupVersion.Version, "mounts", m.Name, "status").
+		VersionedParams(&opts, scheme.ParameterCodec).
+		Body(m).
+		Do(ctx).
+		Error()
+}

@@ -1,0 +1,65 @@
+package agent
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kcp-dev/mount-apiserver/pkg/tunnel"
+)
+
+func TestAttachURL(t *testing.T) {
+	for _, c := range []struct{ server, cluster, want string }{
+		{"https://hub.example:6443", "", "wss://hub.example:6443/apis/mounts.kcp.io/v1alpha1/mounts/edge/attach"},
+		{"https://hub.example/", "root:org", "wss://hub.example/clusters/root:org/apis/mounts.kcp.io/v1alpha1/mounts/edge/attach"},
+		{"https://front.example/base?x=1", "", "wss://front.example/base/apis/mounts.kcp.io/v1alpha1/mounts/edge/attach"},
+		{"http://127.0.0.1:8080", "", "ws://127.0.0.1:8080/apis/mounts.kcp.io/v1alpha1/mounts/edge/attach"},
+	} {
+		got, err := AttachURL(c.server, c.cluster, "edge")
+		if err != nil || got != c.want {
+			t.Errorf("AttachURL(%q, %q) = %q, %v; want %q", c.server, c.cluster, got, err, c.want)
+		}
+	}
+	if _, err := AttachURL("unix:///x", "", "edge"); err == nil {
+		t.Error("a unix server URL was accepted")
+	}
+}
+
+// TestOnlyTwoAddresses: the connects the agent accepts, and what its dialer does with others.
+func TestOnlyTwoAddresses(t *testing.T) {
+	for address, want := range map[string]bool{tunnel.AddressTarget: true, tunnel.AddressAgent: true, "127.0.0.1:6443": false, "target:80": false, "": false} {
+		if got := allowed("tcp", address); got != want {
+			t.Errorf("allowed(%q) = %v", address, got)
+		}
+	}
+	if allowed("udp", tunnel.AddressTarget) {
+		t.Error("udp allowed")
+	}
+	a := &Agent{cfg: &Config{Mount: "edge", Target: "127.0.0.1:1"}, metrics: tunnel.NewMetrics()}
+	if _, err := a.dial(context.Background(), "tcp", "10.0.0.1:443"); err == nil || !strings.Contains(err.Error(), "refusing") {
+		t.Errorf("dial of another address: %v", err)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	o := NewOptions()
+	o.Mount, o.MaxBackoff = "Not_A_Name", time.Millisecond
+	c, err := o.Complete()
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.Validate()
+	for _, want := range []string{"--hub-kubeconfig", "--mount", "--target", "--max-backoff"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("no error about %s: %v", want, err)
+		}
+	}
+	t.Setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+	t.Setenv("KUBERNETES_SERVICE_PORT", "443")
+	o = NewOptions()
+	if c, _ = o.Complete(); c.Target != "10.96.0.1:443" {
+		t.Errorf("in-cluster target %q", c.Target)
+	}
+}

@@ -1,0 +1,321 @@
+package tunnel_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/client-go/rest"
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/testutil"
+
+	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
+	"github.com/kcp-dev/mount-apiserver/pkg/clusters"
+	"github.com/kcp-dev/mount-apiserver/pkg/tunnel"
+	"github.com/kcp-dev/mount-apiserver/pkg/tunnel/agent"
+)
+
+// hub serves the attach of one mount through an Attacher, as pkg/registry does after its
+// quorum read.
+type hub struct {
+	sessions *tunnel.Sessions
+	server   *httptest.Server
+	mount    *mounts.Mount
+	agent    user.Info
+
+	mu     sync.Mutex
+	allow  bool
+	events []tunnel.Event
+}
+
+func newHub(t *testing.T, m *metrics.KubeRegistry, interval time.Duration) *hub {
+	t.Helper()
+	tm := tunnel.NewMetrics()
+	if m != nil {
+		tm.Register(*m)
+	}
+	h := &hub{
+		sessions: tunnel.NewSessions(tm),
+		mount:    &mounts.Mount{ObjectMeta: metav1.ObjectMeta{Name: "edge", UID: "uid-1"}, Spec: mounts.MountSpec{Tunnel: &mounts.MountTunnel{Credentials: mounts.TunnelCredentialsServer}}},
+		agent:    &user.DefaultInfo{Name: "system:serviceaccount:edge:agent"},
+		allow:    true,
+	}
+	h.sessions.Watch(func(e tunnel.Event) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.events = append(h.events, e)
+	})
+	attacher := &tunnel.Attacher{Sessions: h.sessions, Interval: interval, Authorizer: authorizer.AuthorizerFunc(func(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.allow && a.GetVerb() == "create" && a.GetResource() == "mounts" && a.GetSubresource() == "attach" && a.GetName() == h.mount.Name {
+			return authorizer.DecisionAllow, "", nil
+		}
+		return authorizer.DecisionDeny, "not allowed", nil
+	})}
+	h.server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		ctx := genericapirequest.WithUser(req.Context(), h.agent)
+		handler, err := attacher.Handler(ctx, h.mount)
+		if err != nil {
+			status := metav1.Status{Code: http.StatusForbidden, Message: err.Error()}
+			tunnel.WriteStatus(w, &status)
+			return
+		}
+		handler.ServeHTTP(w, req.WithContext(ctx))
+	}))
+	t.Cleanup(h.server.Close)
+	t.Cleanup(h.sessions.CloseAll)
+	return h
+}
+
+func (h *hub) key() string { return tunnel.SessionKey(clusters.DefaultCluster, h.mount.UID) }
+
+func (h *hub) setAllow(allow bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.allow = allow
+}
+
+func (h *hub) eventLog() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for _, e := range h.events {
+		out = append(out, fmt.Sprintf("%s=%v", e.Mount.Name, e.Connected))
+	}
+	return out
+}
+
+// startAgent runs an agent of the hub's mount against target until the test ends.
+func startAgent(t *testing.T, h *hub, target string, handler http.Handler) *agent.Agent {
+	t.Helper()
+	url, err := agent.AttachURL(h.server.URL, "", h.mount.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := agent.New(&agent.Config{Hub: &rest.Config{Host: h.server.URL}, AttachURL: url, Mount: h.mount.Name, Target: target, AgentHandler: handler, MaxBackoff: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = a.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return a
+}
+
+// waitFor polls cond; tests assert outcomes, never how long they took.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// get sends a GET through a connection dialed via the tunnel.
+func get(ctx context.Context, h *hub, address, path string) (*http.Response, error) {
+	conn, err := h.sessions.DialContext(ctx, h.key(), address)
+	if err != nil {
+		return nil, err
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://target"+path, nil)
+	if err := req.Write(conn); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), req)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	body, err := io.ReadAll(resp.Body)
+	conn.Close()
+	resp.Body = io.NopCloser(strings.NewReader(string(body)))
+	return resp, err
+}
+
+func targetServer(t *testing.T) *httptest.Server {
+	t.Helper()
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		fmt.Fprintf(w, "target %s", req.URL.Path)
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func TestDialThroughSession(t *testing.T) {
+	registry := metrics.NewKubeRegistry()
+	h := newHub(t, &registry, 0)
+	ctx := context.Background()
+	if _, err := h.sessions.DialContext(ctx, h.key(), tunnel.AddressTarget); !errors.Is(err, tunnel.ErrNoSession) {
+		t.Fatalf("dial without an agent: %v, want ErrNoSession", err)
+	}
+	target := targetServer(t)
+	a := startAgent(t, h, target.Listener.Addr().String(), nil)
+	waitFor(t, "the session", func() bool { _, ok := h.sessions.Connected(h.key()); return ok && a.Connected() })
+
+	resp, err := get(ctx, h, tunnel.AddressTarget, "/version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body, _ := io.ReadAll(resp.Body); string(body) != "target /version" {
+		t.Fatalf("through the tunnel: %q", body)
+	}
+
+	// The hub never asks for anything else: the agent would end the whole session.
+	if _, err := h.sessions.DialContext(ctx, h.key(), "10.0.0.1:443"); err == nil {
+		t.Fatal("dialing another address was not refused")
+	}
+	// Without credentials, the agent's own address answers 503 (the session lives on).
+	resp, err = get(ctx, h, tunnel.AddressAgent, "/api")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var status metav1.Status
+	body, _ := io.ReadAll(resp.Body)
+	if err := json.Unmarshal(body, &status); err != nil || resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(status.Message, "no credentials") {
+		t.Fatalf("agent address without credentials: %d %s", resp.StatusCode, body)
+	}
+	if _, err := get(ctx, h, tunnel.AddressTarget, "/still"); err != nil {
+		t.Fatalf("the session did not survive: %v", err)
+	}
+
+	// Metrics name the mount, nothing else.
+	if err := testutil.GatherAndCompare(registry, strings.NewReader(`
+# HELP mount_tunnel_sessions [ALPHA] Agent sessions held by this process, by mount.
+# TYPE mount_tunnel_sessions gauge
+mount_tunnel_sessions{mount="edge"} 1
+# HELP mount_tunnel_attaches_total [ALPHA] Sessions established (agent connects and reconnects), by mount.
+# TYPE mount_tunnel_attaches_total counter
+mount_tunnel_attaches_total{mount="edge"} 1
+`), "mount_tunnel_sessions", "mount_tunnel_attaches_total"); err != nil {
+		t.Error(err)
+	}
+	families, err := registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if strings.Contains(l.GetValue(), string(h.mount.UID)) || strings.Contains(l.GetValue(), ":") {
+					t.Errorf("metric %s has label %s=%q", f.GetName(), l.GetName(), l.GetValue())
+				}
+			}
+		}
+	}
+}
+
+// TestCloseAndReplace: closing a session by key ends it (the agent reconnects); a second
+// agent of the mount takes the session over at once.
+func TestCloseAndReplace(t *testing.T) {
+	h := newHub(t, nil, 0)
+	target := targetServer(t)
+	first := startAgent(t, h, target.Listener.Addr().String(), nil)
+	waitFor(t, "the first session", first.Connected)
+	since, _ := h.sessions.Connected(h.key())
+
+	if !h.sessions.Close(h.key()) {
+		t.Fatal("Close found no session")
+	}
+	waitFor(t, "the reconnect", func() bool {
+		s, ok := h.sessions.Connected(h.key())
+		return ok && s.After(since) && first.Connected()
+	})
+	if _, err := get(context.Background(), h, tunnel.AddressTarget, "/after-close"); err != nil {
+		t.Fatalf("after the reconnect: %v", err)
+	}
+
+	second := startAgent(t, h, target.Listener.Addr().String(), nil)
+	waitFor(t, "the second session", second.Connected)
+	// The agents take the session from each other; each dial goes through one of them.
+	if _, err := get(context.Background(), h, tunnel.AddressTarget, "/replaced"); err != nil {
+		t.Fatalf("after the replacement: %v", err)
+	}
+	if h.sessions.Len() != 1 {
+		t.Fatalf("%d sessions for one key", h.sessions.Len())
+	}
+	if log := h.eventLog(); len(log) < 2 || log[0] != "edge=true" {
+		t.Fatalf("events: %v", log)
+	}
+}
+
+// TestRevokedAgentIsClosed: an agent that loses "create" on mounts/attach loses its session
+// at the next check, and cannot attach again.
+func TestRevokedAgentIsClosed(t *testing.T) {
+	h := newHub(t, nil, 50*time.Millisecond)
+	target := targetServer(t)
+	a := startAgent(t, h, target.Listener.Addr().String(), nil)
+	waitFor(t, "the session", a.Connected)
+	h.setAllow(false)
+	waitFor(t, "the session to close", func() bool { _, ok := h.sessions.Connected(h.key()); return !ok && !a.Connected() })
+	if _, err := h.sessions.DialContext(context.Background(), h.key(), tunnel.AddressTarget); !errors.Is(err, tunnel.ErrNoSession) {
+		t.Fatalf("dial after the revocation: %v", err)
+	}
+	if log := h.eventLog(); log[len(log)-1] != "edge=false" {
+		t.Fatalf("events: %v", log)
+	}
+}
+
+// TestAttachNeedsTunnelAndPermission: the attach handler refuses mounts without spec.tunnel
+// and agents without "create" on mounts/attach for the name, before any upgrade.
+func TestAttachNeedsTunnelAndPermission(t *testing.T) {
+	sessions := tunnel.NewSessions(nil)
+	deny := authorizer.AuthorizerFunc(func(context.Context, authorizer.Attributes) (authorizer.Decision, string, error) {
+		return authorizer.DecisionDeny, "no", nil
+	})
+	ctx := genericapirequest.WithUser(context.Background(), &user.DefaultInfo{Name: "agent"})
+	a := &tunnel.Attacher{Sessions: sessions, Authorizer: deny}
+	plain := &mounts.Mount{ObjectMeta: metav1.ObjectMeta{Name: "direct"}}
+	if _, err := a.Handler(ctx, plain); err == nil || !strings.Contains(err.Error(), "spec.tunnel") {
+		t.Fatalf("mount without spec.tunnel: %v", err)
+	}
+	m := &mounts.Mount{ObjectMeta: metav1.ObjectMeta{Name: "edge"}, Spec: mounts.MountSpec{Tunnel: &mounts.MountTunnel{}}}
+	if _, err := a.Handler(ctx, m); err == nil || !strings.Contains(err.Error(), `"create" on mounts/attach`) {
+		t.Fatalf("agent without permission: %v", err)
+	}
+	// A permitted agent that does not upgrade gets a Status, not a hang.
+	a.Authorizer = nil
+	handler, err := a.Handler(ctx, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/apis/mounts.kcp.io/v1alpha1/mounts/edge/attach", nil))
+	if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), "WebSocket") {
+		t.Fatalf("plain GET: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// TestHubNeverAsksForOtherAddresses: the hub asks an agent only for the two addresses (a refused connect would end the session).
+func TestHubNeverAsksForOtherAddresses(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	h := newHub(t, nil, 0)
+	a := startAgent(t, h, ln.Addr().String(), nil)
+	waitFor(t, "the session", a.Connected)
+	if _, err := h.sessions.DialContext(context.Background(), h.key(), ln.Addr().String()); err == nil {
+		t.Fatal("a raw address was dialed")
+	}
+}
