@@ -3,6 +3,7 @@ package status
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -63,7 +64,7 @@ func computeStatus(m *v1alpha1.Mount, r proxy.ProbeResult, url string, now metav
 			// No agent on any replica: the mount waits for one (Connecting), whatever it
 			// was before; a condition still naming a replica that died is out of date.
 			reason = ReasonAgentNotConnected
-			if meta.IsStatusConditionTrue(s.Conditions, v1alpha1.ConditionAgentConnected) {
+			if c := meta.FindStatusCondition(s.Conditions, v1alpha1.ConditionAgentConnected); c != nil && c.Status == metav1.ConditionTrue && probedAfter(r, c) {
 				setCondition(s, v1alpha1.ConditionAgentConnected, metav1.ConditionFalse, ReasonAgentNotConnected, "No agent is connected.", gen, now)
 			}
 		case wasReachable:
@@ -85,6 +86,14 @@ func computeStatus(m *v1alpha1.Mount, r proxy.ProbeResult, url string, now metav
 	}
 	s.Phase = phaseOf(s.Conditions)
 	return *s
+}
+
+// probedAfter says whether the probe began after the session that c reports had started,
+// so that its "no agent" may clear c. A cached probe from before the attach would otherwise
+// clear the True just written for it, and nothing would write it again until the agent
+// reconnects. c's time is the session's start truncated to the second.
+func probedAfter(r proxy.ProbeResult, c *metav1.Condition) bool {
+	return !r.Started.IsZero() && !r.Started.Before(c.LastTransitionTime.Add(time.Second))
 }
 
 // resolvedMessage says what resolved: the Secret's kubeconfig, or nothing to resolve for a

@@ -159,7 +159,13 @@ func TestTunnelPhaseFollowsAgent(t *testing.T) {
 		t.Errorf("CredentialsResolved: %q", c.Message)
 	}
 
-	noAgent := proxy.ProbeResult{ReachErr: &proxy.NoAgentError{Mount: "m"}}
+	// A probe from before the session started (served from the probe cache) leaves the
+	// condition alone.
+	stale := proxy.ProbeResult{ReachErr: &proxy.NoAgentError{Mount: "m"}, Started: now.Add(-time.Second)}
+	if c := meta.FindStatusCondition(computeStatus(m, stale, url, now).Conditions, v1alpha1.ConditionAgentConnected); c.Status != metav1.ConditionTrue {
+		t.Errorf("AgentConnected after a probe older than the session: %+v", c)
+	}
+	noAgent := proxy.ProbeResult{ReachErr: &proxy.NoAgentError{Mount: "m"}, Started: now.Add(2 * time.Second)}
 	m.Status = computeStatus(m, noAgent, url, now)
 	if m.Status.Phase != v1alpha1.MountPhaseConnecting {
 		t.Errorf("phase %s without an agent, want Connecting", m.Status.Phase)
