@@ -27,6 +27,7 @@ import (
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
 	clientset "github.com/kcp-dev/mount-apiserver/pkg/generated/clientset/versioned"
+	mountsv1alpha1 "github.com/kcp-dev/mount-apiserver/pkg/generated/clientset/versioned/typed/mounts/v1alpha1"
 	"github.com/kcp-dev/mount-apiserver/test/integration/framework"
 )
 
@@ -392,6 +393,63 @@ func TestTunnelNetns(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestTunnelAgentConnectedCondition: a tunnel mount's conditions follow its agent. The agent
+// starts right after the status controller has found no agent (as an operator applies the
+// Mount and then the agent), is killed, and started again.
+func TestTunnelAgentConnectedCondition(t *testing.T) {
+	b := startTunnelBed(t)
+	ctx := context.Background()
+	mounts := b.mounts(t).MountsV1alpha1().Mounts()
+	aliceHTTP, err := rest.HTTPClientFor(b.alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prod := urlMount("prod")
+	prod.Spec.Ref.Name = "target-kubeconfig"
+	prod.Spec.Tunnel = &v1alpha1.MountTunnel{Credentials: v1alpha1.TunnelCredentialsServer}
+	if _, err := mounts.Create(ctx, prod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitCondition(t, mounts, "prod", "Ready", metav1.ConditionFalse)
+	agent := framework.StartAgent(t, b.ns, "--hub-kubeconfig", b.hubKubeconfig(t, "mount-agent", "mount-agent-prod"),
+		"--mount", "prod", "--target", b.targetAddr, "--health-bind-address", "", "--max-backoff", "2s")
+	b.waitAnswers(t, aliceHTTP, "prod")
+	waitCondition(t, mounts, "prod", v1alpha1.ConditionAgentConnected, metav1.ConditionTrue)
+	waitCondition(t, mounts, "prod", "Ready", metav1.ConditionTrue)
+	agent.Kill()
+	waitCondition(t, mounts, "prod", v1alpha1.ConditionAgentConnected, metav1.ConditionFalse)
+	if err := agent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	b.waitAnswers(t, aliceHTTP, "prod")
+	waitCondition(t, mounts, "prod", v1alpha1.ConditionAgentConnected, metav1.ConditionTrue)
+	waitCondition(t, mounts, "prod", "Ready", metav1.ConditionTrue)
+}
+
+// waitCondition waits until the Mount's condition has status (at most a minute, two status
+// probe intervals), and logs it.
+func waitCondition(t *testing.T, mounts mountsv1alpha1.MountInterface, name, condition string, status metav1.ConditionStatus) {
+	t.Helper()
+	var last metav1.Condition
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		m, err := mounts.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, c := range m.Status.Conditions {
+			if c.Type == condition {
+				last = c
+				return c.Status == status, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("mount %s: condition %s is not %s: last %+v", name, condition, status, last)
+	}
+	t.Logf("mount %s: %s %s (%s: %s)", name, condition, status, last.Reason, last.Message)
 }
 
 // kubectlSuite runs the real kubectl through a mount with kubeconfig: get, list, watch,
