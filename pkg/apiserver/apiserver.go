@@ -213,7 +213,7 @@ func (c CompletedConfig) New() (*Server, error) {
 func forgetMount(proxier *proxy.Proxier, sessions *tunnel.Sessions, cluster clusters.Name, name string, uid types.UID) {
 	proxier.Forget(cluster, name, uid)
 	if sessions != nil {
-		sessions.Close(tunnel.SessionKey(cluster, uid))
+		sessions.Forget(tunnel.Mount{Cluster: cluster, Name: name, UID: uid})
 	}
 }
 

@@ -23,6 +23,10 @@ const (
 	EditorsGroup = "mount-apiserver:editors"
 	// ViewersGroup may read mounts and send read requests (get) through their proxies.
 	ViewersGroup = "mount-apiserver:viewers"
+	// AgentGroupPrefix followed by a mount's name is the group of that mount's agents: they
+	// may attach to that mount (mounts/<name>/attach) and do nothing else, as an RBAC rule
+	// with resourceNames would say in a cluster.
+	AgentGroupPrefix = "mount-apiserver:agent:"
 )
 
 var (
@@ -69,6 +73,10 @@ func (Standalone) Authorize(_ context.Context, a authorizer.Attributes) (authori
 	mountsResource := a.GetAPIGroup() == mounts.GroupName && a.GetResource() == "mounts"
 	secrets := a.GetAPIGroup() == "" && a.GetResource() == "secrets" && a.GetSubresource() == ""
 	verb := a.GetVerb()
+	if mountsResource && a.GetSubresource() == "attach" && (verb == "get" || verb == "create") && a.GetName() != "" &&
+		slices.Contains(groups, AgentGroupPrefix+a.GetName()) {
+		return authorizer.DecisionAllow, "", nil
+	}
 	if slices.Contains(groups, EditorsGroup) {
 		switch {
 		case mountsResource && a.GetSubresource() == "" && writeVerbs.Has(verb),
@@ -85,5 +93,5 @@ func (Standalone) Authorize(_ context.Context, a authorizer.Attributes) (authori
 			return authorizer.DecisionAllow, "", nil
 		}
 	}
-	return authorizer.DecisionNoOpinion, "the standalone server grants this only to the groups " + AdminsGroup + ", " + EditorsGroup + " or " + ViewersGroup + " (see README)", nil
+	return authorizer.DecisionNoOpinion, "the standalone server grants this only to the groups " + AdminsGroup + ", " + EditorsGroup + " or " + ViewersGroup + ", and attaching to mount <name> to " + AgentGroupPrefix + "<name> (see README)", nil
 }

@@ -25,9 +25,6 @@ type ProbeResult struct {
 	Path string
 	// Latency of the successful probe.
 	Latency time.Duration
-	// Started is when the probe began (zero when nothing was probed). A result serves from
-	// the cache for its TTL, so it may predate changes, e.g. an agent that attached since.
-	Started time.Time
 }
 
 // probeSlack bounds a probe beyond the connect timeout.
@@ -213,9 +210,7 @@ func (p *Proxier) ProbeWithin(ctx context.Context, m *mounts.Mount, wait time.Du
 }
 
 // probe asks the target, within the connect timeout plus probeSlack and at most limit.
-func (p *Proxier) probe(ctx context.Context, target *Target, limit time.Duration) (r ProbeResult) {
-	started := time.Now()
-	defer func() { r.Started = started }()
+func (p *Proxier) probe(ctx context.Context, target *Target, limit time.Duration) ProbeResult {
 	ctx, cancel := context.WithTimeout(ctx, min(target.ConnectTimeout+probeSlack, limit))
 	defer cancel()
 	var lastErr error

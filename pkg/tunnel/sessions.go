@@ -142,25 +142,34 @@ func (s *Sessions) Serve(ctx context.Context, w http.ResponseWriter, req *http.R
 	key := mount.Key()
 	s.mu.Lock()
 	s.seq++
-	sess := &session{mount: mount, clientKey: key + "#" + strconv.FormatUint(s.seq, 10), since: time.Now()}
-	old := s.byKey[key]
-	s.byKey[key] = sess
+	sess := &session{mount: mount, clientKey: key + "#" + strconv.FormatUint(s.seq, 10)}
 	s.mu.Unlock()
-	if old != nil {
-		logger.Info("A new agent session replaces the mount's previous one")
-		old.close()
-	}
-
 	stop := context.AfterFunc(ctx, sess.close)
 	defer stop()
 
-	s.metrics.SessionStarted(mount.Label())
-	logger.Info("Agent attached")
-	s.notify(Event{Mount: mount, Connected: true, Since: sess.since})
-
-	hw := &hijackRecorder{ResponseWriter: w, session: sess}
+	// The session counts from the upgrade on: a request that never becomes a WebSocket
+	// replaces nothing and reports nothing.
+	attached := false
+	hw := &hijackRecorder{ResponseWriter: w, session: sess, hijacked: func() {
+		attached = true
+		sess.since = time.Now()
+		s.mu.Lock()
+		old := s.byKey[key]
+		s.byKey[key] = sess
+		s.mu.Unlock()
+		if old != nil {
+			logger.Info("A new agent session replaces the mount's previous one")
+			old.close()
+		}
+		s.metrics.SessionStarted(mount.Label())
+		logger.Info("Agent attached")
+		s.notify(Event{Mount: mount, Connected: true, Since: sess.since})
+	}}
 	s.server.ServeHTTP(hw, req.WithContext(context.WithValue(req.Context(), clientKeyContextKey{}, sess.clientKey)))
 	sess.close()
+	if !attached {
+		return
+	}
 
 	s.mu.Lock()
 	last := s.byKey[key] == sess
@@ -227,6 +236,13 @@ func (s *Sessions) Close(key string) bool {
 	return true
 }
 
+// Forget closes the session of a deleted mount and drops its metric series (but the
+// sessions gauge, which its closing session takes to zero).
+func (s *Sessions) Forget(m Mount) {
+	s.Close(m.Key())
+	s.metrics.Forget(m.Label())
+}
+
 // CloseAll closes every session, as the server stops: hijacked connections outlive the HTTP
 // server's shutdown otherwise.
 func (s *Sessions) CloseAll() {
@@ -253,6 +269,8 @@ func (s *Sessions) Len() int {
 type hijackRecorder struct {
 	http.ResponseWriter
 	session *session
+	// hijacked runs once the connection is the session's, before the WebSocket is served.
+	hijacked func()
 }
 
 func (h *hijackRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
@@ -261,6 +279,7 @@ func (h *hijackRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		return nil, nil, err
 	}
 	h.session.hijacked(conn)
+	h.hijacked()
 	return conn, rw, nil
 }
 

@@ -319,3 +319,36 @@ func TestHubNeverAsksForOtherAddresses(t *testing.T) {
 		t.Fatal("a raw address was dialed")
 	}
 }
+
+// TestBrokenUpgradeReplacesNothing: an attach that never becomes a WebSocket answers a
+// Status, and neither replaces the mount's session nor reports one.
+func TestBrokenUpgradeReplacesNothing(t *testing.T) {
+	h := newHub(t, nil, 0)
+	target := targetServer(t)
+	a := startAgent(t, h, target.Listener.Addr().String(), nil)
+	waitFor(t, "the session", a.Connected)
+	since, _ := h.sessions.Connected(h.key())
+	events := len(h.eventLog())
+
+	req, _ := http.NewRequest(http.MethodGet, h.server.URL+"/attach", nil)
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "websocket") // no Sec-WebSocket-Key, no version
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), `"kind":"Status"`) {
+		t.Fatalf("broken upgrade: %d %s", resp.StatusCode, body)
+	}
+	if now, ok := h.sessions.Connected(h.key()); !ok || !now.Equal(since) || !a.Connected() {
+		t.Fatal("a broken upgrade replaced the session")
+	}
+	if got := len(h.eventLog()); got != events {
+		t.Fatalf("a broken upgrade was reported: %v", h.eventLog())
+	}
+	if _, err := get(context.Background(), h, tunnel.AddressTarget, "/still-there"); err != nil {
+		t.Fatal(err)
+	}
+}

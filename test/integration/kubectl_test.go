@@ -96,7 +96,7 @@ func TestKubectl(t *testing.T) {
 		}
 	}
 	out = mustKubectl(t, s, "explain", "mount.spec")
-	for _, want := range []string{`ref\s+<\w+> -required-`, `identity\s+<MountIdentity>`, `caBundle\s+<string>`, `timeouts\s+<MountTimeouts>`} {
+	for _, want := range []string{`ref\s+<\w+>\n`, `identity\s+<MountIdentity>`, `caBundle\s+<string>`, `timeouts\s+<MountTimeouts>`} {
 		if !regexpMatch(want, out) {
 			t.Errorf("explain mount.spec lacks %s:\n%s", want, out)
 		}

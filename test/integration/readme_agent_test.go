@@ -119,8 +119,7 @@ func TestReadmeAgentHub(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	framework.StartAgent(t, nil, "--hub-kubeconfig", hubKubeconfig, "--mount", "prod",
-		"--target", strings.TrimPrefix(remote.URL, "https://"), "--kubeconfig", writeKubeconfig(t, agentCfg), "--health-bind-address", "")
+	framework.StartAgent(t, hubKubeconfig, "prod", strings.TrimPrefix(remote.URL, "https://"), "--kubeconfig", writeKubeconfig(t, agentCfg))
 	alice, err := c.Host.UserConfig("alice")
 	if err != nil {
 		t.Fatal(err)

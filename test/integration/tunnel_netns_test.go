@@ -274,9 +274,9 @@ func TestTunnelNetns(t *testing.T) {
 	}
 	agentTargetKubeconfig := writeKubeconfig(t, &rest.Config{Host: b.target.InnerURL, BearerToken: tr.Status.Token, TLSClientConfig: rest.TLSClientConfig{CAData: b.target.ClientCA.CertPEM}})
 
-	serverAgent := framework.StartAgent(t, b.ns, "--hub-kubeconfig", b.hubKubeconfig(t, "mount-agent", "mount-agent-prod"),
+	serverAgent := framework.StartAgentIn(t, b.ns, "--hub-kubeconfig", b.hubKubeconfig(t, "mount-agent", "mount-agent-prod"),
 		"--mount", "prod", "--target", b.targetAddr, "--health-bind-address", "", "--max-backoff", "2s")
-	framework.StartAgent(t, b.ns, "--hub-kubeconfig", b.hubKubeconfig(t, "mount-agent", "mount-agent-prod-agent"),
+	framework.StartAgentIn(t, b.ns, "--hub-kubeconfig", b.hubKubeconfig(t, "mount-agent", "mount-agent-prod-agent"),
 		"--mount", "prod-agent", "--target", b.targetAddr, "--kubeconfig", agentTargetKubeconfig, "--health-bind-address", "", "--max-backoff", "2s")
 	t.Logf("prod answers through its tunnel after %v", b.waitAnswers(t, aliceHTTP, "prod"))
 	t.Logf("prod-agent answers through its tunnel after %v", b.waitAnswers(t, aliceHTTP, "prod-agent"))
@@ -321,7 +321,7 @@ func TestTunnelNetns(t *testing.T) {
 	t.Run("an agent of one mount cannot serve another", func(t *testing.T) {
 		// prod's agent identity tries to take prod-agent's tunnel: the hub refuses it, and
 		// prod-agent keeps its own agent (which impersonates; prod's agent has no credentials).
-		rogue := framework.StartAgent(t, b.ns, "--hub-kubeconfig", b.hubKubeconfig(t, "mount-agent", "mount-agent-prod"),
+		rogue := framework.StartAgentIn(t, b.ns, "--hub-kubeconfig", b.hubKubeconfig(t, "mount-agent", "mount-agent-prod"),
 			"--mount", "prod-agent", "--target", b.targetAddr, "--health-bind-address", "", "--max-backoff", "1s")
 		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 			return strings.Contains(rogue.Log(), "403") || strings.Contains(strings.ToLower(rogue.Log()), "forbidden"), nil
@@ -413,7 +413,7 @@ func TestTunnelAgentConnectedCondition(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitCondition(t, mounts, "prod", "Ready", metav1.ConditionFalse)
-	agent := framework.StartAgent(t, b.ns, "--hub-kubeconfig", b.hubKubeconfig(t, "mount-agent", "mount-agent-prod"),
+	agent := framework.StartAgentIn(t, b.ns, "--hub-kubeconfig", b.hubKubeconfig(t, "mount-agent", "mount-agent-prod"),
 		"--mount", "prod", "--target", b.targetAddr, "--health-bind-address", "", "--max-backoff", "2s")
 	b.waitAnswers(t, aliceHTTP, "prod")
 	waitCondition(t, mounts, "prod", v1alpha1.ConditionAgentConnected, metav1.ConditionTrue)

@@ -27,9 +27,6 @@ const ControllerName = "mount-agent-connected"
 const (
 	ReasonAttached = "Attached"
 	ReasonDetached = "Detached"
-	// ReasonNoAgent is set by the status controller when a probe finds no agent on any
-	// replica while the condition still says one is connected (its replica died).
-	ReasonNoAgent = "NoAgent"
 )
 
 // ConnectedMessage is the message of the True condition written by replica.

@@ -3,7 +3,6 @@ package status
 import (
 	"errors"
 	"fmt"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -62,11 +61,9 @@ func computeStatus(m *v1alpha1.Mount, r proxy.ProbeResult, url string, now metav
 		switch {
 		case errors.As(r.ReachErr, &noAgent):
 			// No agent on any replica: the mount waits for one (Connecting), whatever it
-			// was before; a condition still naming a replica that died is out of date.
+			// was before. AgentConnected is left to the replicas that hold sessions: a probe
+			// begun before an attach must not undo the attach's report.
 			reason = ReasonAgentNotConnected
-			if c := meta.FindStatusCondition(s.Conditions, v1alpha1.ConditionAgentConnected); c != nil && c.Status == metav1.ConditionTrue && probedAfter(r, c) {
-				setCondition(s, v1alpha1.ConditionAgentConnected, metav1.ConditionFalse, ReasonAgentNotConnected, "No agent is connected.", gen, now)
-			}
 		case wasReachable:
 			reason = ReasonTargetLost
 		}
@@ -79,21 +76,14 @@ func computeStatus(m *v1alpha1.Mount, r proxy.ProbeResult, url string, now metav
 		setCondition(s, v1alpha1.ConditionReady, metav1.ConditionTrue, ReasonProbeSucceeded, "Requests through the mount reach its target.", gen, now)
 	}
 	if m.Spec.Tunnel != nil && meta.IsStatusConditionTrue(s.Conditions, v1alpha1.ConditionReady) &&
-		meta.FindStatusCondition(s.Conditions, v1alpha1.ConditionAgentConnected) == nil {
-		// Not Ready without an agent the replica holding it has reported; its write
-		// triggers this controller again.
-		setCondition(s, v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonAgentNotConnected, "Waiting for the replica that holds the agent's session to report it.", gen, now)
+		!meta.IsStatusConditionTrue(s.Conditions, v1alpha1.ConditionAgentConnected) {
+		// The phase follows the agent: not Ready until the replica that holds its session
+		// reported it (that write triggers this controller again), nor once it reported
+		// the session gone, whatever a probe a moment earlier found.
+		setCondition(s, v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonAgentNotConnected, "No agent is reported connected.", gen, now)
 	}
 	s.Phase = phaseOf(s.Conditions)
 	return *s
-}
-
-// probedAfter says whether the probe began after the session that c reports had started,
-// so that its "no agent" may clear c. A cached probe from before the attach would otherwise
-// clear the True just written for it, and nothing would write it again until the agent
-// reconnects. c's time is the session's start truncated to the second.
-func probedAfter(r proxy.ProbeResult, c *metav1.Condition) bool {
-	return !r.Started.IsZero() && !r.Started.Before(c.LastTransitionTime.Add(time.Second))
 }
 
 // resolvedMessage says what resolved: the Secret's kubeconfig, or nothing to resolve for a

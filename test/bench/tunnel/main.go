@@ -75,7 +75,7 @@ func run(requests, listMB, lists, execs, rounds int) error {
 		return err
 	}
 	defer os.RemoveAll(filepath.Dir(bin))
-	agentBin, err := framework.BuildAgent()
+	agentBin, err := framework.BuildAgentBinary()
 	if err != nil {
 		return err
 	}
@@ -123,7 +123,7 @@ func run(requests, listMB, lists, execs, rounds int) error {
 		if a.mount == "bench-agent" {
 			args = append(args, "--kubeconfig", remoteAgentKubeconfig)
 		}
-		agent, err := framework.RunAgent(nil, filepath.Join(dir, a.log), args...)
+		agent, err := framework.RunAgentIn(nil, filepath.Join(dir, a.log), args...)
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,147 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apiserver/pkg/authentication/user"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/client-go/rest"
+
+	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
+	"github.com/kcp-dev/mount-apiserver/pkg/clusters"
+	"github.com/kcp-dev/mount-apiserver/pkg/tunnel"
+	"github.com/kcp-dev/mount-apiserver/pkg/tunnel/agent"
+)
+
+// recordingAgent stands for the agent's credential handler (pkg/tunnel/agent's hook): it
+// records what the hub sent over the tunnel.
+type recordingAgent struct {
+	mu   sync.Mutex
+	reqs []*http.Request
+}
+
+func (r *recordingAgent) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	r.mu.Lock()
+	r.reqs = append(r.reqs, req.Clone(context.Background()))
+	r.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write([]byte(`{"kind":"APIVersions","versions":["v1"]}`))
+}
+
+func (r *recordingAgent) last() *http.Request {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.reqs[len(r.reqs)-1]
+}
+
+func agentMount(name string, uid types.UID) *mounts.Mount {
+	return &mounts.Mount{
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: uid},
+		Spec: mounts.MountSpec{
+			Type:     mounts.MountTypeURL,
+			Identity: mounts.MountIdentity{Mode: mounts.IdentityModeImpersonate, UserPrefix: "hub:"},
+			Tunnel:   &mounts.MountTunnel{Credentials: mounts.TunnelCredentialsAgent},
+		},
+	}
+}
+
+// TestAgentCredentialsTunnel: a mount with the agent's credentials sends plain HTTP through
+// the tunnel to the agent's own address with the caller's impersonation and nothing of the
+// caller's credentials; its probe impersonates the anonymous user; a mount without an agent
+// answers 503 with Retry-After naming the mount, for plain and upgrade requests alike.
+func TestAgentCredentialsTunnel(t *testing.T) {
+	sessions := tunnel.NewSessions(nil)
+	t.Cleanup(sessions.CloseAll)
+	m := agentMount("edge", "uid-edge")
+	hub := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		sessions.Serve(req.Context(), w, req, tunnel.Mount{Cluster: clusters.DefaultCluster, Name: m.Name, UID: m.UID})
+	}))
+	t.Cleanup(hub.Close)
+	recorder := &recordingAgent{}
+	url, err := agent.AttachURL(hub.URL, "", m.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := agent.New(&agent.Config{Hub: &rest.Config{Host: hub.URL}, AttachURL: url, Mount: m.Name, Target: "127.0.0.1:1", AgentHandler: recorder, MaxBackoff: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = a.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	for deadline := time.Now().Add(30 * time.Second); !a.Connected(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the agent did not connect")
+		}
+	}
+
+	p := &Proxier{Transports: NewTransports(TransportOptions{}, nil), Tunnels: sessions}
+	caller := &user.DefaultInfo{Name: "alice", Groups: []string{"team"}, UID: "alice-uid"}
+	reqCtx := genericapirequest.WithUser(context.Background(), caller)
+	serve := func(m *mounts.Mount, upgrade bool) *httptest.ResponseRecorder {
+		t.Helper()
+		h, err := p.Handler(reqCtx, m, "/api")
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := httptest.NewRequest(http.MethodGet, "/apis/mounts.kcp.io/v1alpha1/mounts/"+m.Name+"/proxy/api", nil).WithContext(reqCtx)
+		req.Header.Set("Authorization", "Bearer the-callers-token")
+		req.Header.Set("Impersonate-User", "system:admin")
+		req.Header.Set("Cookie", "session=1")
+		if upgrade {
+			req.Header.Set("Connection", "Upgrade")
+			req.Header.Set("Upgrade", "websocket")
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+
+	rec := serve(m, false)
+	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "APIVersions") {
+		t.Fatalf("through the agent: %d %s", rec.Code, rec.Body)
+	}
+	got := recorder.last()
+	if got.URL.Path != "/api" || got.Header.Get("Impersonate-User") != "hub:alice" || got.Header.Get("Impersonate-Group") != "team" || got.Header.Get("Impersonate-Uid") != "alice-uid" {
+		t.Errorf("the agent got %s with %v", got.URL.Path, got.Header)
+	}
+	for _, h := range []string{"Authorization", "Cookie"} {
+		if v := got.Header.Get(h); v != "" {
+			t.Errorf("the agent got %s: %q", h, v)
+		}
+	}
+
+	// The probe impersonates nobody in particular: anonymous, never the agent itself.
+	if r := p.Probe(clusters.WithCluster(context.Background(), clusters.DefaultCluster), m); r.ReachErr != nil || r.CredentialsErr != nil {
+		t.Fatalf("probe: %+v", r)
+	}
+	if got := recorder.last(); got.Header.Get("Impersonate-User") != user.Anonymous || got.Header.Get("Impersonate-Group") != user.AllUnauthenticated {
+		t.Errorf("the probe impersonated %v", got.Header)
+	}
+
+	// No agent for this mount: 503, Retry-After, its name; plain and upgrade alike.
+	lonely := agentMount("lonely", "uid-lonely")
+	for _, upgrade := range []bool{false, true} {
+		rec := serve(lonely, upgrade)
+		var status metav1.Status
+		if err := json.Unmarshal(rec.Body.Bytes(), &status); err != nil {
+			t.Fatalf("upgrade %v: %v: %s", upgrade, err, rec.Body)
+		}
+		if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" || !strings.Contains(status.Message, `mount "lonely"`) {
+			t.Errorf("upgrade %v without an agent: %d %v %s", upgrade, rec.Code, rec.Header(), rec.Body)
+		}
+	}
+	if r := p.Probe(context.Background(), lonely); r.ReachErr == nil || !strings.Contains(r.ReachErr.Error(), "no agent") {
+		t.Errorf("probe without an agent: %+v", r)
+	}
+}
