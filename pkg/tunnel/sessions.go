@@ -93,6 +93,18 @@ func (s *session) close() {
 	}
 }
 
+func (s *session) hasConn() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conn != nil
+}
+
+func (s *session) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
 // hijacked records the session's connection; a session closed before it had one closes it
 // at once.
 func (s *session) hijacked(conn net.Conn) {
@@ -199,10 +211,18 @@ func (s *Sessions) DialContext(ctx context.Context, key, address string) (net.Co
 		s.metrics.Dialed(label, DialRefused, 0)
 		return nil, fmt.Errorf("refusing to ask an agent to dial %q: only %s and %s are dialed through tunnels", address, AddressTarget, AddressAgent)
 	}
-	if !s.server.HasSession(sess.clientKey) {
-		// Attached but not upgraded yet, or just gone.
-		s.metrics.Dialed(label, DialNoSession, 0)
-		return nil, ErrNoSession
+	// Between the upgrade and remotedialer's registration of the session there is a moment
+	// in which the session is ours but not yet remotedialer's: wait it out, briefly.
+	for wait := time.Millisecond; !s.server.HasSession(sess.clientKey); wait *= 2 {
+		if sess.isClosed() || wait > 256*time.Millisecond {
+			s.metrics.Dialed(label, DialNoSession, 0)
+			return nil, ErrNoSession
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for the agent's session: %w", ctx.Err())
+		case <-time.After(wait):
+		}
 	}
 	start := time.Now()
 	conn, err := s.server.Dialer(sess.clientKey)(ctx, "tcp", address)
@@ -287,6 +307,11 @@ func (h *hijackRecorder) Unwrap() http.ResponseWriter { return h.ResponseWriter 
 
 // writeUpgradeError answers a failed WebSocket upgrade with a metav1.Status.
 func writeUpgradeError(w http.ResponseWriter, _ *http.Request, code int, err error) {
+	if h, ok := w.(*hijackRecorder); ok && h.session.hasConn() {
+		// The upgrade failed after the hijack (the session was closed meanwhile): there
+		// is no HTTP response to write any more.
+		return
+	}
 	status := apierrors.NewBadRequest(fmt.Sprintf("the attach subresource needs a WebSocket upgrade: %v", err)).Status()
 	if code != http.StatusBadRequest {
 		status.Code = int32(code)

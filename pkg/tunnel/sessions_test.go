@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -351,4 +352,54 @@ func TestBrokenUpgradeReplacesNothing(t *testing.T) {
 	if _, err := get(context.Background(), h, tunnel.AddressTarget, "/still-there"); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestNoLeakOverReconnects: 50 sessions closed by key (the agent reconnects each time), each
+// with a dial through it, leave no goroutine behind once hub and agent are gone.
+func TestNoLeakOverReconnects(t *testing.T) {
+	baseline := runtime.NumGoroutine()
+	func() {
+		h := newHub(t, nil, time.Hour)
+		defer h.server.Close()
+		defer h.sessions.CloseAll()
+		target := targetServer(t)
+		defer target.Close()
+		url, err := agent.AttachURL(h.server.URL, "", h.mount.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := agent.New(&agent.Config{Hub: &rest.Config{Host: h.server.URL}, AttachURL: url, Mount: h.mount.Name, Target: target.Listener.Addr().String(), MaxBackoff: 20 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = a.Run(ctx) }()
+		defer func() { cancel(); <-done }()
+		for i := range 50 {
+			var since time.Time
+			waitFor(t, "a session", func() bool {
+				var ok bool
+				since, ok = h.sessions.Connected(h.key())
+				return ok && a.Connected()
+			})
+			if _, err := get(context.Background(), h, tunnel.AddressTarget, fmt.Sprintf("/round-%d", i)); err != nil {
+				t.Fatalf("round %d: %v", i, err)
+			}
+			h.sessions.Close(h.key())
+			waitFor(t, "the session to end", func() bool {
+				now, ok := h.sessions.Connected(h.key())
+				return !ok || !now.Equal(since)
+			})
+		}
+	}()
+	http.DefaultClient.CloseIdleConnections()
+	var now int
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if now = runtime.NumGoroutine(); now <= baseline+2 {
+			return
+		}
+	}
+	buf := make([]byte, 1<<20)
+	t.Fatalf("goroutines: %d before, %d after\n%s", baseline, now, buf[:runtime.Stack(buf, true)])
 }

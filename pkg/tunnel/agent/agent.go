@@ -111,7 +111,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		defer stop()
 	}
-	const initialBackoff = 500 * time.Millisecond
+	initialBackoff := min(500*time.Millisecond, a.cfg.MaxBackoff)
 	backoff := initialBackoff
 	for ctx.Err() == nil {
 		start := time.Now()

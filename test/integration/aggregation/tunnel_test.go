@@ -41,7 +41,9 @@ func TestTunnelThroughAggregator(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = kube.Client.RbacV1().ClusterRoles().Delete(context.Background(), "tunneled-agent", metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = kube.Client.RbacV1().ClusterRoles().Delete(context.Background(), "tunneled-agent", metav1.DeleteOptions{})
+	})
 	bind(t, "tunnel-agent", "tunneled-agent")
 	hubKubeconfig, err := kube.WriteKubeconfig(user(t, "tunnel-agent"), "tunnel-agent")
 	if err != nil {
