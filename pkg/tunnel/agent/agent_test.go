@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/rest"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
 	"github.com/kcp-dev/mount-apiserver/pkg/tunnel"
 )
 
@@ -61,5 +64,31 @@ func TestValidate(t *testing.T) {
 	o = NewOptions()
 	if c, _ = o.Complete(); c.Target != "10.96.0.1:443" {
 		t.Errorf("in-cluster target %q", c.Target)
+	}
+}
+
+func TestCheckHubConfig(t *testing.T) {
+	ok := []*rest.Config{
+		{Host: "https://hub", BearerToken: "t"},
+		{Host: "https://hub", BearerTokenFile: "/var/run/token"},
+		{Host: "https://hub", TLSClientConfig: rest.TLSClientConfig{CertData: []byte("c"), KeyData: []byte("k")}},
+	}
+	for _, c := range ok {
+		if err := checkHubConfig(c); err != nil {
+			t.Errorf("%+v: %v", c, err)
+		}
+	}
+	bad := []*rest.Config{
+		{Host: "https://hub", BearerToken: "t", TLSClientConfig: rest.TLSClientConfig{Insecure: true}},
+		{Host: "https://hub"},
+		{Host: "http://hub", BearerToken: "t"},
+		{Host: "https://hub", Username: "u", Password: "p"},
+		{Host: "https://hub", BearerToken: "t", Impersonate: rest.ImpersonationConfig{UserName: "x"}},
+		{Host: "https://hub", ExecProvider: &clientcmdapi.ExecConfig{Command: "x"}},
+	}
+	for _, c := range bad {
+		if err := checkHubConfig(c); err == nil {
+			t.Errorf("accepted %+v", c)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	cliflag "k8s.io/component-base/cli/flag"
 
@@ -118,6 +119,9 @@ func (o *CompletedOptions) Config() (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--hub-kubeconfig: %w", err)
 	}
+	if err := checkHubConfig(hub); err != nil {
+		return nil, fmt.Errorf("--hub-kubeconfig: %w", err)
+	}
 	attach, err := AttachURL(hub.Host, o.Cluster, o.Mount)
 	if err != nil {
 		return nil, fmt.Errorf("--hub-kubeconfig: %w", err)
@@ -136,6 +140,31 @@ func (o *CompletedOptions) Config() (*Config, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// checkHubConfig accepts what the agent can use to reach the hub: a verified https server,
+// authenticated by a bearer token (or token file) or a client certificate. Anything else
+// would attach unauthenticated or unverified, or not at all.
+func checkHubConfig(hub *rest.Config) error {
+	switch {
+	case strings.HasPrefix(strings.ToLower(hub.Host), "http://"):
+		return errors.New("the server must be https: the agent's credentials and the mount's traffic go through it")
+	case hub.Insecure:
+		return errors.New("insecure-skip-tls-verify is not allowed: the agent carries the mount's traffic and must verify the server")
+	case hub.ExecProvider != nil, hub.AuthProvider != nil:
+		return errors.New("exec plugins and auth providers are not supported: use a bearer token, a token file or a client certificate")
+	case hub.Username != "" || hub.Password != "":
+		return errors.New("basic authentication is not supported: use a bearer token, a token file or a client certificate")
+	case hub.BearerToken == "" && hub.BearerTokenFile == "" && !hasClientCert(hub):
+		return errors.New("no credentials: use a bearer token, a token file or a client certificate")
+	case hub.Impersonate.UserName != "" || len(hub.Impersonate.Groups) > 0:
+		return errors.New("impersonation is not supported: the agent attaches as itself")
+	}
+	return nil
+}
+
+func hasClientCert(c *rest.Config) bool {
+	return (len(c.CertData) > 0 || c.CertFile != "") && (len(c.KeyData) > 0 || c.KeyFile != "")
 }
 
 // AttachURL is the WebSocket URL of mounts/<mount>/attach below the hub's server URL, in the
