@@ -12,5 +12,8 @@ import (
 
 func main() {
 	ctx := genericapiserver.SetupSignalContext()
-	os.Exit(cli.Run(agent.NewCommand(ctx, agent.NewOptions())))
+	o := agent.NewOptions()
+	// Agent-credential mode: tunnel.AddressAgent adds the agent's own credentials.
+	o.NewAgentHandler = agent.NewCredentialsHandler
+	os.Exit(cli.Run(agent.NewCommand(ctx, o)))
 }

@@ -23,6 +23,15 @@ var (
 // BuildAgent builds ./cmd/mount-agent once per test process and returns its path.
 func BuildAgent(t testing.TB) string {
 	t.Helper()
+	bin, err := BuildAgentBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// BuildAgentBinary is BuildAgent for callers without a testing.TB (benchmarks).
+func BuildAgentBinary() (string, error) {
 	agentBuildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "mount-agent-bin-")
 		if err != nil {
@@ -36,10 +45,7 @@ func BuildAgent(t testing.TB) string {
 		}
 		agentBin = out
 	})
-	if agentBuildErr != nil {
-		t.Fatal(agentBuildErr)
-	}
-	return agentBin
+	return agentBin, agentBuildErr
 }
 
 // Agent is a mount-agent running as its own process, serving /healthz, /readyz and
@@ -130,4 +136,100 @@ func (a *Agent) Metric(t testing.TB, series string) string {
 		}
 	}
 	return ""
+}
+
+// AgentProcess is a mount-agent process in a network namespace (or on the host for a nil
+// one) that tests kill and start again with the same arguments; unlike Agent, its health
+// address is the caller's to choose (inside a namespace the host cannot reach it).
+type AgentProcess struct {
+	ns      *Netns
+	bin     string
+	args    []string
+	logPath string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+// StartAgentIn builds mount-agent and starts it in ns with args (all its flags); t.Cleanup kills it, and shows
+// its log when the test failed.
+func StartAgentIn(t testing.TB, ns *Netns, args ...string) *AgentProcess {
+	t.Helper()
+	a, err := RunAgentIn(ns, filepath.Join(t.TempDir(), "mount-agent.log"), args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		a.Kill()
+		if t.Failed() {
+			t.Logf("mount-agent %v log (tail):\n%s", args, tail(a.Log(), 60))
+		}
+	})
+	return a
+}
+
+// RunAgentIn builds mount-agent and starts it in ns with args, its output in logPath. The
+// caller kills it.
+func RunAgentIn(ns *Netns, logPath string, args ...string) (*AgentProcess, error) {
+	bin, err := BuildAgentBinary()
+	if err != nil {
+		return nil, fmt.Errorf("building mount-agent: %w", err)
+	}
+	a := &AgentProcess{ns: ns, bin: bin, args: args, logPath: logPath}
+	if err := a.Start(); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// Start starts the agent (again); its output is appended to its log.
+func (a *AgentProcess) Start() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	logFile, err := os.OpenFile(a.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	cmd := a.ns.Command(a.bin, a.args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return fmt.Errorf("starting mount-agent: %w", err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		logFile.Close()
+		close(exited)
+	}()
+	a.cmd, a.exited = cmd, exited
+	return nil
+}
+
+// Kill SIGKILLs the agent, as a crash or a lost node would, and waits until it is gone.
+func (a *AgentProcess) Kill() {
+	a.signal(syscall.SIGKILL)
+}
+
+// Stop SIGTERMs the agent and waits until it has exited.
+func (a *AgentProcess) Stop() {
+	a.signal(syscall.SIGTERM)
+}
+
+func (a *AgentProcess) signal(sig syscall.Signal) {
+	a.mu.Lock()
+	cmd, exited := a.cmd, a.exited
+	a.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
+		return
+	}
+	_ = cmd.Process.Signal(sig)
+	<-exited
+}
+
+// Log returns the agent's output so far, of every start.
+func (a *AgentProcess) Log() string {
+	data, _ := os.ReadFile(a.logPath)
+	return string(data)
 }

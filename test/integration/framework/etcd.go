@@ -3,11 +3,11 @@ package framework
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
@@ -24,28 +24,19 @@ type EtcdProcess struct {
 
 	dir, logPath     string
 	clientPort, peer int
-	cmd              *exec.Cmd
-	exited           chan struct{}
+	// netns runs etcd in a network namespace (nil: the host's).
+	netns  *Netns
+	cmd    *exec.Cmd
+	exited chan struct{}
 }
 
 // StartEtcdProcess starts etcd with its data in dir on free loopback ports, waits until it
 // serves, and kills it with t.Cleanup.
 func StartEtcdProcess(t testing.TB, dir string) *EtcdProcess {
 	t.Helper()
-	clientPort, err := FreePort()
+	e, err := newEtcdProcess(dir, nil)
 	if err != nil {
 		t.Fatal(err)
-	}
-	peerPort, err := FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &EtcdProcess{
-		ClientURL:  "http://127.0.0.1:" + strconv.Itoa(clientPort),
-		dir:        dir,
-		logPath:    filepath.Join(dir, "etcd.log"),
-		clientPort: clientPort,
-		peer:       peerPort,
 	}
 	t.Cleanup(func() {
 		e.Kill()
@@ -61,6 +52,30 @@ func StartEtcdProcess(t testing.TB, dir string) *EtcdProcess {
 	return e
 }
 
+// newEtcdProcess prepares an etcd with its data in dir on free loopback ports in ns (nil:
+// the host's namespace); a fresh namespace has every port free.
+func newEtcdProcess(dir string, ns *Netns) (*EtcdProcess, error) {
+	clientPort, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	peerPort, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	return &EtcdProcess{
+		ClientURL:  "http://127.0.0.1:" + strconv.Itoa(clientPort),
+		dir:        dir,
+		logPath:    filepath.Join(dir, "etcd.log"),
+		clientPort: clientPort,
+		peer:       peerPort,
+		netns:      ns,
+	}, nil
+}
+
 // Start starts etcd (again) on the same ports and data directory and waits until it serves a
 // read.
 func (e *EtcdProcess) Start(ctx context.Context) error {
@@ -73,14 +88,12 @@ func (e *EtcdProcess) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	e.cmd = exec.Command(filepath.Join(bin, "etcd"),
+	e.cmd = e.netns.Command(filepath.Join(bin, "etcd"),
 		"--name=test", "--data-dir="+filepath.Join(e.dir, "data"),
 		"--listen-client-urls="+e.ClientURL, "--advertise-client-urls="+e.ClientURL,
 		"--listen-peer-urls="+peerURL, "--initial-advertise-peer-urls="+peerURL,
 		"--initial-cluster=test="+peerURL, "--log-level=warn")
 	e.cmd.Stdout, e.cmd.Stderr = logFile, logFile
-	// Die with the test process, even when it is killed.
-	e.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := e.cmd.Start(); err != nil {
 		logFile.Close()
 		return fmt.Errorf("starting etcd: %w", err)
@@ -93,6 +106,9 @@ func (e *EtcdProcess) Start(ctx context.Context) error {
 		close(exited)
 	}()
 
+	if e.netns != nil {
+		return e.waitHealthy(ctx, exited)
+	}
 	client, err := clientv3.New(clientv3.Config{Endpoints: []string{e.ClientURL}, DialTimeout: 5 * time.Second})
 	if err != nil {
 		return err
@@ -118,4 +134,23 @@ func (e *EtcdProcess) Kill() {
 	}
 	_ = e.cmd.Process.Kill()
 	<-e.exited
+}
+
+// waitHealthy waits until etcd's /health passes, asked through its network namespace.
+func (e *EtcdProcess) waitHealthy(ctx context.Context, exited <-chan struct{}) error {
+	client := &http.Client{Transport: &http.Transport{DialContext: e.netns.DialContext}, Timeout: 2 * time.Second}
+	defer client.CloseIdleConnections()
+	return wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		select {
+		case <-exited:
+			return false, fmt.Errorf("etcd exited while starting; see %s", e.logPath)
+		default:
+		}
+		resp, err := client.Get(e.ClientURL + "/health")
+		if err != nil {
+			return false, nil //nolint:nilerr // not listening yet
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
 }

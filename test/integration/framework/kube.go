@@ -61,8 +61,14 @@ func KubeBinDir() (string, error) {
 // clients, aggregation (front-proxy) and service accounts, and RBAC authorization.
 type KubeAPIServer struct {
 	Dir string
-	// URL is https://127.0.0.1:<port>.
+	// URL is https://127.0.0.1:<port>. For a server in a network namespace it is the host end
+	// of a bridge to it (for the test's own calls); InnerURL is its address inside.
 	URL string
+	// InnerURL is the server's own address, inside its network namespace if it has one.
+	InnerURL string
+	// Netns is the network namespace the server, its etcd and its kubelets run in (nil: the
+	// host's).
+	Netns *Netns
 	// AdminConfig authenticates as a member of system:masters.
 	AdminConfig *rest.Config
 	// AdminKubeconfig is AdminConfig written to a file, for kubectl.
@@ -74,29 +80,55 @@ type KubeAPIServer struct {
 	ClientCA     *pki.CA
 	FrontProxyCA *pki.CA
 
-	bin     string
-	args    []string
-	cmd     *exec.Cmd
-	exited  chan struct{}
-	etcd    *embeddedetcd.Server
-	logPath string
+	bin    string
+	args   []string
+	cmd    *exec.Cmd
+	exited chan struct{}
+	etcd   *embeddedetcd.Server
+	// etcdProcess is the etcd of a server in a network namespace, a process inside.
+	etcdProcess *EtcdProcess
+	logPath     string
+}
+
+// KubeOptions are the options of StartKubeAPIServerWith.
+type KubeOptions struct {
+	// Netns runs kube-apiserver and its etcd (the etcd binary) inside this network namespace;
+	// URL is then a bridge from the host. Nil: on the host, with an embedded etcd.
+	Netns *Netns
 }
 
 // StartKubeAPIServer starts etcd and kube-apiserver with everything in dir and waits until
 // /readyz passes. Stop it with Stop.
 func StartKubeAPIServer(ctx context.Context, dir string) (_ *KubeAPIServer, err error) {
+	return StartKubeAPIServerWith(ctx, dir, KubeOptions{})
+}
+
+// StartKubeAPIServerWith is StartKubeAPIServer with options.
+func StartKubeAPIServerWith(ctx context.Context, dir string, opts KubeOptions) (_ *KubeAPIServer, err error) {
 	bin, err := KubeBinDir()
 	if err != nil {
 		return nil, err
 	}
-	k := &KubeAPIServer{Dir: dir, logPath: filepath.Join(dir, "kube-apiserver.log")}
+	k := &KubeAPIServer{Dir: dir, Netns: opts.Netns, logPath: filepath.Join(dir, "kube-apiserver.log")}
 	defer func() {
 		if err != nil {
 			k.Stop()
 		}
 	}()
-	if k.etcd, err = embeddedetcd.Start(klog.NewContext(ctx, klog.Background().V(2)), embeddedetcd.Options{Directory: filepath.Join(dir, "etcd"), LogLevel: "error"}); err != nil {
-		return nil, err
+	etcdURL := ""
+	if k.Netns != nil {
+		if k.etcdProcess, err = newEtcdProcess(filepath.Join(dir, "etcd"), k.Netns); err != nil {
+			return nil, err
+		}
+		if err := k.etcdProcess.Start(ctx); err != nil {
+			return nil, err
+		}
+		etcdURL = k.etcdProcess.ClientURL
+	} else {
+		if k.etcd, err = embeddedetcd.Start(klog.NewContext(ctx, klog.Background().V(2)), embeddedetcd.Options{Directory: filepath.Join(dir, "etcd"), LogLevel: "error"}); err != nil {
+			return nil, err
+		}
+		etcdURL = k.etcd.ClientURL
 	}
 
 	if k.ClientCA, err = pki.NewCA("kube-ca"); err != nil {
@@ -149,7 +181,7 @@ func StartKubeAPIServer(ctx context.Context, dir string) (_ *KubeAPIServer, err 
 	}
 	f := func(name string) string { return filepath.Join(dir, name) }
 	args := []string{
-		"--etcd-servers=" + k.etcd.ClientURL,
+		"--etcd-servers=" + etcdURL,
 		"--bind-address=127.0.0.1",
 		"--secure-port=" + strconv.Itoa(port),
 		"--advertise-address=127.0.0.1",
@@ -186,7 +218,16 @@ func StartKubeAPIServer(ctx context.Context, dir string) (_ *KubeAPIServer, err 
 		return nil, err
 	}
 
-	k.URL = "https://127.0.0.1:" + strconv.Itoa(port)
+	k.InnerURL = "https://127.0.0.1:" + strconv.Itoa(port)
+	k.URL = k.InnerURL
+	if k.Netns != nil {
+		// The serving certificate names 127.0.0.1, so the host end verifies as the inner one.
+		addr, err := k.Netns.ForwardOut("127.0.0.1:" + strconv.Itoa(port))
+		if err != nil {
+			return nil, err
+		}
+		k.URL = "https://" + addr
+	}
 	if k.AdminConfig, err = k.UserConfig("kube-admin", "system:masters"); err != nil {
 		return nil, err
 	}
@@ -208,10 +249,9 @@ func (k *KubeAPIServer) startProcess() error {
 	if err != nil {
 		return err
 	}
-	k.cmd = exec.Command(k.bin, k.args...)
+	// Dies with the test process, even when it is killed.
+	k.cmd = k.Netns.Command(k.bin, k.args...)
 	k.cmd.Stdout, k.cmd.Stderr = logFile, logFile
-	// Die with the test process, even when it is killed.
-	k.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := k.cmd.Start(); err != nil {
 		logFile.Close()
 		return fmt.Errorf("starting kube-apiserver: %w", err)
@@ -319,7 +359,12 @@ func (k *KubeAPIServer) Log() string {
 // Stop stops kube-apiserver and its etcd.
 func (k *KubeAPIServer) Stop() {
 	k.stopProcess()
-	k.etcd.Close()
+	if k.etcd != nil {
+		k.etcd.Close()
+	}
+	if k.etcdProcess != nil {
+		k.etcdProcess.Kill()
+	}
 }
 
 // stopProcess stops kube-apiserver, SIGKILL after 15 s.

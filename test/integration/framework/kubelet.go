@@ -75,7 +75,7 @@ type KubeletRequest struct {
 }
 
 // StartKubelet starts a kubelet for node nodeName against k: it serves the kubelet API on a
-// free 127.0.0.1 port with a serving certificate of k.ClientCA (which kube-apiserver trusts
+// free 127.0.0.1 port (in k's network namespace) with a serving certificate of k.ClientCA (which kube-apiserver trusts
 // with --kubelet-certificate-authority), requires kube-apiserver's kubelet client
 // certificate, and registers a Ready Node pointing at that port. Stop it with Stop.
 func StartKubelet(ctx context.Context, k *KubeAPIServer, nodeName string) (_ *Kubelet, err error) {
@@ -91,7 +91,8 @@ func StartKubelet(ctx context.Context, k *KubeAPIServer, nodeName string) (_ *Ku
 	clientCAs := x509.NewCertPool()
 	clientCAs.AddCert(k.ClientCA.Cert)
 
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	// In k's network namespace, where kube-apiserver dials it.
+	l, err := k.Netns.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
@@ -483,12 +484,12 @@ func (kl *Kubelet) AttachContainer(ctx context.Context, _, _, _ string, in io.Re
 	}
 }
 
-// PortForward implements portforward.PortForwarder by connecting to 127.0.0.1:port.
+// PortForward implements portforward.PortForwarder by connecting to 127.0.0.1:port (in the
+// cluster's network namespace, if it has one).
 func (kl *Kubelet) PortForward(ctx context.Context, _, _ string, port int32, stream io.ReadWriteCloser) error {
 	ctx, cancel := kl.streamContext(ctx)
 	defer cancel()
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(int(port))))
+	conn, err := kl.k.Netns.DialContext(ctx, "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(int(port))))
 	if err != nil {
 		return err
 	}
