@@ -74,6 +74,8 @@ func StartAgent(t testing.TB, hubKubeconfig, mount, target string, args ...strin
 	args = append([]string{"--hub-kubeconfig", hubKubeconfig, "--mount", mount, "--target", target,
 		"--health-bind-address", health, "--max-backoff", "1s", "-v=2"}, args...)
 	cmd := exec.Command(BuildAgent(t), args...)
+	// A test that panics (its timeout) skips its cleanups: the process must not outlive it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -31,6 +32,8 @@ func startProcess(ctx context.Context, bin, rootDir string, port int, args []str
 		return nil, 0, err
 	}
 	cmd := exec.Command(bin, args...)
+	// A test that panics (its timeout) skips its cleanups: the process must not outlive it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		logFile.Close()

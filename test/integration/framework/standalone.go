@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -234,6 +235,8 @@ func (b Binary) StartOnPort(t testing.TB, rootDir string, port int, args ...stri
 	t.Helper()
 	args = append([]string{"--root-directory", rootDir, "--secure-port", strconv.Itoa(port)}, args...)
 	cmd := exec.Command(string(b), args...)
+	// A test that panics (its timeout) skips its cleanups: the process must not outlive it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	logFile, err := os.Create(filepath.Join(t.TempDir(), "mount-apiserver.log"))
 	if err != nil {
 		t.Fatal(err)
