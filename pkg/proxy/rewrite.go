@@ -1,0 +1,235 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
+	"github.com/kcp-dev/mount-apiserver/pkg/rewrite"
+)
+
+// MaxRewrittenBodyBytes bounds a request body that a renaming mount reads to rewrite it: what
+// kube-apiserver accepts (3 MiB); a larger body is refused with 413 before it reaches memory
+// whole.
+const MaxRewrittenBodyBytes = 3 * 1024 * 1024
+
+// maxCompiledRules bounds the compiled rules kept, one entry per renaming mount generation.
+const maxCompiledRules = 1024
+
+// compiledRules keeps the compiled spec.rewrites of renaming mounts by UID and generation, so
+// that a request compiles nothing. A mount without rewrites never reaches it.
+type compiledRules struct {
+	mu    sync.Mutex
+	rules map[types.UID]generationRules
+}
+
+type generationRules struct {
+	generation int64
+	rules      *rewrite.Rules
+}
+
+// get returns m's compiled rules, nil for a mount whose rewrites rename nothing.
+func (c *compiledRules) get(m *mounts.Mount) (*rewrite.Rules, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.rules[m.UID]; ok && e.generation == m.Generation && m.UID != "" {
+		return e.rules, nil
+	}
+	rules, err := rewrite.Compile(m.Spec.Rewrites)
+	if err != nil {
+		return nil, err
+	}
+	if c.rules == nil || len(c.rules) >= maxCompiledRules {
+		c.rules = map[types.UID]generationRules{}
+	}
+	c.rules[m.UID] = generationRules{m.Generation, rules}
+	return rules, nil
+}
+
+func (c *compiledRules) forget(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.rules, uid)
+}
+
+// rewriteRules returns the compiled rules of a mount with spec.rewrites (nil when they rename
+// nothing). Validation refuses rules that do not compile, so an error here means a Mount
+// stored before validation knew better: the proxy refuses it rather than guess.
+func (p *Proxier) rewriteRules(m *mounts.Mount) (*rewrite.Rules, error) {
+	rules, err := p.compiled.get(m)
+	if err != nil {
+		return nil, apierrors.NewInternalError(fmt.Errorf("mount %q: spec.rewrites: %w", m.Name, err))
+	}
+	return rules, nil
+}
+
+// rewriting is what a renamed request's response needs.
+type rewriting struct {
+	req rewrite.Request
+}
+
+// rewriteRequest rewrites a request of a renaming mount from presented to target names: path
+// and query always (upgrades only these), and for requests whose bodies and responses are
+// rewritten the body (bounded), Accept (JSON only) and Accept-Encoding (identity, so that
+// the response can be read). It answers the caller itself and returns false when the request
+// cannot be sent.
+func (h *requestHandler) rewriteRequest(w http.ResponseWriter, out *http.Request, location *url.URL, upgrade bool) bool {
+	query := out.URL.Query()
+	rq, err := h.rules.Request(out.Method, h.innerPath, query)
+	if err != nil {
+		writeStatus(w, newStatus(http.StatusBadRequest, metav1.StatusReasonBadRequest, fmt.Sprintf("mount %q renames APIs and cannot rewrite this request: %v", h.mount.Name, err)))
+		return false
+	}
+	switch {
+	case rq.Class == rewrite.NotFound:
+		writeStatus(w, newStatus(http.StatusNotFound, metav1.StatusReasonNotFound, "the server could not find the requested resource"))
+		return false
+	case rq.Class == rewrite.Untouched && rq.Path == h.innerPath:
+		return true
+	}
+	joined, err := JoinPath(h.target.Base.Path, rq.Path)
+	if err != nil {
+		writeStatus(w, newStatus(http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error()))
+		return false
+	}
+	location.Path = joined
+	if rq.Class != rewrite.Untouched {
+		location.RawQuery = rq.Query.Encode()
+	}
+	if upgrade || !rq.Class.Rewrites() {
+		return true
+	}
+
+	accept, ok := negotiateJSON(out.Header.Values("Accept"))
+	if !ok {
+		writeStatus(w, newStatus(http.StatusNotAcceptable, metav1.StatusReasonNotAcceptable, fmt.Sprintf(
+			"mount %q renames APIs and answers renamed requests in JSON only; accept application/json", h.mount.Name)))
+		return false
+	}
+	out.Header.Set("Accept", accept)
+	// The target's answer must be read to be rewritten; Go's transport still asks for gzip
+	// on its own connection and decompresses it.
+	out.Header.Del("Accept-Encoding")
+
+	if hasBody(out) {
+		body, status := readBounded(out.Body)
+		_ = out.Body.Close()
+		if status != nil {
+			writeStatus(w, status)
+			return false
+		}
+		rewritten, err := rq.Body(out.Header.Get("Content-Type"), body)
+		if err != nil {
+			var unsupported *rewrite.UnsupportedMediaTypeError
+			if errors.As(err, &unsupported) {
+				writeStatus(w, newStatus(http.StatusUnsupportedMediaType, metav1.StatusReasonUnsupportedMediaType, fmt.Sprintf("mount %q renames APIs: %v", h.mount.Name, err)))
+			} else {
+				writeStatus(w, newStatus(http.StatusBadRequest, metav1.StatusReasonBadRequest, fmt.Sprintf("mount %q renames APIs and cannot rewrite this body: %v", h.mount.Name, err)))
+			}
+			return false
+		}
+		out.Body = io.NopCloser(bytes.NewReader(rewritten))
+		out.ContentLength = int64(len(rewritten))
+		out.Header.Set("Content-Length", strconv.Itoa(len(rewritten)))
+		out.GetBody = nil
+	}
+	h.rewriting = &rewriting{req: rq}
+	return true
+}
+
+// hasBody: a request that may carry a body the target reads (DeleteOptions included).
+func hasBody(r *http.Request) bool {
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+		return false
+	}
+	switch r.Method {
+	case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
+		return true
+	}
+	return false
+}
+
+// readBounded reads a body of at most MaxRewrittenBodyBytes.
+func readBounded(body io.Reader) ([]byte, *metav1.Status) {
+	data, err := io.ReadAll(io.LimitReader(body, MaxRewrittenBodyBytes+1))
+	switch {
+	case err != nil:
+		return nil, newStatus(http.StatusBadRequest, metav1.StatusReasonBadRequest, "reading the request body failed")
+	case len(data) > MaxRewrittenBodyBytes:
+		return nil, newStatus(http.StatusRequestEntityTooLarge, metav1.StatusReasonRequestEntityTooLarge,
+			fmt.Sprintf("the request body exceeds the %d bytes a renaming mount rewrites", MaxRewrittenBodyBytes))
+	}
+	return data, nil
+}
+
+// negotiateJSON keeps the JSON entries of Accept (their parameters too: as=Table, aggregated
+// discovery) and turns wildcards into application/json. ok is false when the caller accepts
+// nothing JSON at all, e.g. protobuf only.
+func negotiateJSON(values []string) (string, bool) {
+	if len(values) == 0 {
+		return "application/json", true
+	}
+	var kept []string
+	wildcard := false
+	for _, v := range values {
+		for entry := range strings.SplitSeq(v, ",") {
+			entry = strings.TrimSpace(entry)
+			if entry == "" {
+				continue
+			}
+			mt, _, err := mime.ParseMediaType(entry)
+			if err != nil {
+				continue
+			}
+			switch {
+			case mt == "application/json":
+				kept = append(kept, entry)
+			case mt == "*/*" || mt == "application/*":
+				wildcard = true
+			}
+		}
+	}
+	if wildcard {
+		kept = append(kept, "application/json")
+	}
+	if len(kept) == 0 {
+		return "", false
+	}
+	return strings.Join(kept, ","), true
+}
+
+// response rewrites the target's answer to presented names as it streams: Lists item by
+// item, watches frame by frame. A protobuf or CBOR answer, which the negotiated Accept does
+// not allow, is refused rather than passed with the target's names in it.
+func (r *rewriting) response(res *http.Response) error {
+	if enc := res.Header.Get("Content-Encoding"); enc != "" && enc != "identity" {
+		return fmt.Errorf("%w: the target answered with Content-Encoding %q", errUnrewritable, enc)
+	}
+	ct := res.Header.Get("Content-Type")
+	if mt, _, _ := mime.ParseMediaType(ct); strings.Contains(mt, "protobuf") || strings.Contains(mt, "cbor") {
+		return fmt.Errorf("%w: the target answered in %s", errUnrewritable, mt)
+	}
+	res.Body = rewrittenBody{Reader: r.req.Response(ct, res.Body), Closer: res.Body}
+	res.Header.Del("Content-Length")
+	res.ContentLength = -1
+	return nil
+}
+
+var errUnrewritable = errors.New("a renaming mount cannot rewrite the target's answer")
+
+type rewrittenBody struct {
+	io.Reader
+	io.Closer
+}
