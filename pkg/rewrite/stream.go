@@ -1,0 +1,408 @@
+package rewrite
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/tidwall/gjson"
+)
+
+// maxValue bounds one JSON value held in memory while a response streams: one list item, one
+// watch event, or the members of a list before its items.
+const maxValue = 64 << 20
+
+// maxDocument bounds a discovery or OpenAPI document, which is rewritten whole.
+const maxDocument = 256 << 20
+
+// ErrTooLarge is returned when one value of a response is larger than the rewriter holds.
+var ErrTooLarge = errors.New("a JSON value of the response is too large to rewrite")
+
+// scanner reads raw JSON values from a stream.
+type scanner struct {
+	r   *bufio.Reader
+	max int
+}
+
+// peek skips whitespace and returns the next byte without consuming it.
+func (s *scanner) peek() (byte, error) {
+	for {
+		c, err := s.r.ReadByte()
+		if err != nil {
+			return 0, err
+		}
+		switch c {
+		case ' ', '\t', '\r', '\n':
+			continue
+		}
+		return c, s.r.UnreadByte()
+	}
+}
+
+// expect consumes byte c after whitespace.
+func (s *scanner) expect(c byte) error {
+	got, err := s.peek()
+	if err != nil {
+		return unexpectedEOF(err)
+	}
+	if got != c {
+		return fmt.Errorf("malformed JSON: expected %q, found %q", c, got)
+	}
+	_, _ = s.r.ReadByte()
+	return nil
+}
+
+func unexpectedEOF(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// value reads one complete JSON value after whitespace, appended to buf. It checks nesting
+// and strings, not the grammar of literals; rewriting validates what it parses.
+func (s *scanner) value(buf []byte) ([]byte, error) {
+	c, err := s.peek()
+	if err != nil {
+		return buf, unexpectedEOF(err)
+	}
+	start := len(buf)
+	switch c {
+	case '{', '[':
+		depth := 0
+		inString, escaped := false, false
+		for {
+			c, err := s.r.ReadByte()
+			if err != nil {
+				return buf, unexpectedEOF(err)
+			}
+			buf = append(buf, c)
+			if len(buf)-start > s.max {
+				return buf, ErrTooLarge
+			}
+			switch {
+			case inString:
+				switch {
+				case escaped:
+					escaped = false
+				case c == '\\':
+					escaped = true
+				case c == '"':
+					inString = false
+				}
+			case c == '"':
+				inString = true
+			case c == '{' || c == '[':
+				depth++
+			case c == '}' || c == ']':
+				depth--
+				if depth == 0 {
+					return buf, nil
+				}
+			}
+		}
+	case '"':
+		_, _ = s.r.ReadByte()
+		buf = append(buf, c)
+		escaped := false
+		for {
+			c, err := s.r.ReadByte()
+			if err != nil {
+				return buf, unexpectedEOF(err)
+			}
+			buf = append(buf, c)
+			if len(buf)-start > s.max {
+				return buf, ErrTooLarge
+			}
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				return buf, nil
+			}
+		}
+	default:
+		for {
+			c, err := s.r.ReadByte()
+			if err == io.EOF && len(buf) > start {
+				return buf, nil
+			}
+			if err != nil {
+				return buf, unexpectedEOF(err)
+			}
+			switch c {
+			case ',', '}', ']', ' ', '\t', '\r', '\n':
+				return buf, s.r.UnreadByte()
+			}
+			buf = append(buf, c)
+			if len(buf)-start > s.max {
+				return buf, ErrTooLarge
+			}
+		}
+	}
+}
+
+// response returns the streaming rewriter of a response of this request.
+func (q Request) response(in io.Reader) io.Reader {
+	switch q.Class {
+	case Discovery, OpenAPI:
+		return &documentReader{q: q, in: in}
+	}
+	return &streamReader{q: q, s: &scanner{r: bufio.NewReaderSize(in, 64<<10), max: maxValue}, watch: q.Watch}
+}
+
+// streamReader rewrites a JSON response as it is read: a watch stream event by event, an
+// object whole, and Lists and Tables item by item (their other members whole).
+type streamReader struct {
+	q     Request
+	s     *scanner
+	watch bool
+
+	out   []byte // rewritten bytes not read yet
+	off   int
+	err   error
+	state int // 0 start, 1 members, 2 array elements, 3 after the object
+	first bool
+	// head holds the members before items or rows while they are read, so that kind and
+	// apiVersion are rewritten together.
+	head      []byte
+	headDone  bool
+	headCount int
+	arrayKey  string
+	itemHint  typeHint
+	buf       []byte
+}
+
+func (s *streamReader) Read(p []byte) (int, error) {
+	for s.off == len(s.out) {
+		if s.err != nil {
+			return 0, s.err
+		}
+		s.out, s.off = s.out[:0], 0
+		s.err = s.step()
+	}
+	n := copy(p, s.out[s.off:])
+	s.off += n
+	return n, nil
+}
+
+// step appends the next piece of output to s.out.
+func (s *streamReader) step() error {
+	r := s.q.rules
+	if s.watch {
+		c, err := s.s.peek()
+		if err != nil {
+			return err // io.EOF ends the stream cleanly
+		}
+		if c != '{' {
+			return fmt.Errorf("malformed watch stream: expected an event object, found %q", c)
+		}
+		v, err := s.s.value(s.buf[:0])
+		s.buf = v
+		if err != nil {
+			return err
+		}
+		nv, err := r.object(toPresented, v, s.q.hint())
+		if err != nil {
+			return fmt.Errorf("watch event: %w", err)
+		}
+		s.out = append(append(s.out, nv...), '\n')
+		return nil
+	}
+	switch s.state {
+	case 0:
+		c, err := s.s.peek()
+		if err != nil {
+			return err
+		}
+		if c != '{' {
+			// Not an object: nothing of ours to rename.
+			s.state = 3
+			return nil
+		}
+		_, _ = s.s.r.ReadByte()
+		s.head = append(s.head[:0], '{')
+		s.state = 1
+		return nil
+	case 1:
+		c, err := s.s.peek()
+		if err != nil {
+			return unexpectedEOF(err)
+		}
+		if c == '}' {
+			_, _ = s.s.r.ReadByte()
+			s.state = 3
+			if !s.headDone {
+				s.head = append(s.head, '}')
+				nv, err := r.object(toPresented, s.head, s.q.hint())
+				if err != nil {
+					return err
+				}
+				s.out = append(s.out, nv...)
+				return nil
+			}
+			s.out = append(s.out, '}')
+			return nil
+		}
+		comma := false
+		if c == ',' {
+			_, _ = s.s.r.ReadByte()
+			comma = true
+		}
+		key, err := s.s.value(s.buf[:0])
+		s.buf = key
+		if err != nil {
+			return err
+		}
+		if len(key) == 0 || key[0] != '"' {
+			return fmt.Errorf("malformed JSON: expected a member name")
+		}
+		if err := s.s.expect(':'); err != nil {
+			return err
+		}
+		name := gjson.ParseBytes(key).Str
+		next, err := s.s.peek()
+		if err != nil {
+			return unexpectedEOF(err)
+		}
+		if (name == "items" || name == "rows") && next == '[' {
+			_, _ = s.s.r.ReadByte()
+			if !s.headDone {
+				s.headDone = true
+				headObj := append(s.head, '}')
+				nv, err := r.object(toPresented, headObj, typeHint{})
+				if err != nil {
+					return err
+				}
+				nv = bytes.TrimRight(nv, " \t\r\n")
+				s.out = append(s.out, nv[:len(nv)-1]...) // without its closing brace
+				if s.headCount > 0 {
+					s.out = append(s.out, ',')
+				}
+				h := gjson.ParseBytes(headObj)
+				if name == "items" {
+					kind := h.Get("kind").String()
+					if len(kind) > 4 && kind[len(kind)-4:] == "List" {
+						s.itemHint = typeHint{apiVersion: h.Get("apiVersion").String(), kind: kind[:len(kind)-4]}
+					}
+					if s.itemHint.kind == "" || s.q.Class == Objects {
+						if hh := s.q.hint(); hh.kind != "" {
+							s.itemHint = hh
+						}
+					}
+				}
+			} else if comma {
+				s.out = append(s.out, ',')
+			}
+			s.out = append(s.out, key...)
+			s.out = append(s.out, ':', '[')
+			s.arrayKey, s.first, s.state = name, true, 2
+			return nil
+		}
+		if s.headDone {
+			// Members after items: copied as they are.
+			if comma {
+				s.out = append(s.out, ',')
+			}
+			s.out = append(s.out, key...)
+			s.out = append(s.out, ':')
+			v, err := s.s.value(s.out)
+			s.out = v
+			return err
+		}
+		if s.headCount > 0 {
+			s.head = append(s.head, ',')
+		}
+		s.headCount++
+		s.head = append(s.head, key...)
+		s.head = append(s.head, ':')
+		s.head, err = s.s.value(s.head)
+		if err == nil && len(s.head) > maxValue {
+			err = ErrTooLarge
+		}
+		return err
+	case 2:
+		c, err := s.s.peek()
+		if err != nil {
+			return unexpectedEOF(err)
+		}
+		if c == ']' {
+			_, _ = s.s.r.ReadByte()
+			s.out = append(s.out, ']')
+			s.state = 1
+			return nil
+		}
+		if !s.first {
+			if err := s.s.expect(','); err != nil {
+				return err
+			}
+			s.out = append(s.out, ',')
+		}
+		s.first = false
+		v, err := s.s.value(s.buf[:0])
+		s.buf = v
+		if err != nil {
+			return err
+		}
+		var nv []byte
+		if s.arrayKey == "rows" {
+			nv, err = r.row(v)
+		} else {
+			nv, err = r.object(toPresented, v, s.itemHint)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.arrayKey, err)
+		}
+		s.out = append(s.out, nv...)
+		return nil
+	}
+	// After the object (or a body that is not an object): copy the rest.
+	chunk := make([]byte, 32<<10)
+	n, err := s.s.r.Read(chunk)
+	s.out = append(s.out, chunk[:n]...)
+	return err
+}
+
+// row rewrites one Table row: its object, if the table includes objects.
+func (r *Rules) row(v []byte) ([]byte, error) {
+	if !r.mentions(toPresented, v) {
+		return v, nil
+	}
+	o := gjson.GetBytes(v, "object")
+	if !o.IsObject() {
+		return v, nil
+	}
+	e := &editor{data: v}
+	r.objectEdits(toPresented, e, o, "object", typeHint{})
+	return e.data, e.err
+}
+
+// documentReader reads a discovery or OpenAPI document whole, then returns it rewritten.
+type documentReader struct {
+	q    Request
+	in   io.Reader
+	out  *bytes.Reader
+	done bool
+}
+
+func (d *documentReader) Read(p []byte) (int, error) {
+	if d.out == nil {
+		data, err := io.ReadAll(io.LimitReader(d.in, maxDocument+1))
+		if err != nil {
+			return 0, err
+		}
+		if len(data) > maxDocument {
+			return 0, ErrTooLarge
+		}
+		out, err := d.q.document(data)
+		if err != nil {
+			return 0, err
+		}
+		d.out = bytes.NewReader(out)
+	}
+	return d.out.Read(p)
+}
