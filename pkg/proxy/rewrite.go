@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,7 +15,9 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
 	"github.com/kcp-dev/mount-apiserver/pkg/rewrite"
@@ -99,6 +102,9 @@ func (h *requestHandler) rewriteRequest(w http.ResponseWriter, out *http.Request
 	case rq.Class == rewrite.Untouched && rq.Path == h.innerPath:
 		return true
 	}
+	if rq.Class == rewrite.Objects {
+		rq.Path = h.renameCRDInPath(rq.Path)
+	}
 	joined, err := JoinPath(h.target.Base.Path, rq.Path)
 	if err != nil {
 		writeStatus(w, newStatus(http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error()))
@@ -130,7 +136,17 @@ func (h *requestHandler) rewriteRequest(w http.ResponseWriter, out *http.Request
 			writeStatus(w, status)
 			return false
 		}
-		rewritten, err := rq.Body(out.Header.Get("Content-Type"), body)
+		contentType := out.Header.Get("Content-Type")
+		if rq.Class == rewrite.Objects {
+			// kubectl and typed clients send built-in objects as protobuf: decode them with
+			// client-go's scheme and send JSON, which can be rewritten.
+			if body, contentType, err = protobufToJSON(contentType, body); err != nil {
+				writeStatus(w, newStatus(http.StatusUnsupportedMediaType, metav1.StatusReasonUnsupportedMediaType, fmt.Sprintf("mount %q renames APIs: %v", h.mount.Name, err)))
+				return false
+			}
+			out.Header.Set("Content-Type", contentType)
+		}
+		rewritten, err := rq.Body(contentType, body)
 		if err != nil {
 			var unsupported *rewrite.UnsupportedMediaTypeError
 			if errors.As(err, &unsupported) {
@@ -218,8 +234,13 @@ func (r *rewriting) response(res *http.Response) error {
 		return fmt.Errorf("%w: the target answered with Content-Encoding %q", errUnrewritable, enc)
 	}
 	ct := res.Header.Get("Content-Type")
-	if mt, _, _ := mime.ParseMediaType(ct); strings.Contains(mt, "protobuf") || strings.Contains(mt, "cbor") {
+	mt, _, _ := mime.ParseMediaType(ct)
+	switch {
+	case strings.Contains(mt, "protobuf") || strings.Contains(mt, "cbor"):
 		return fmt.Errorf("%w: the target answered in %s", errUnrewritable, mt)
+	case mt == "text/plain" && r.req.Class == rewrite.OpenAPI:
+		// kube-apiserver serves the OpenAPI v3 index, JSON, as text/plain.
+		ct = "application/json"
 	}
 	res.Body = rewrittenBody{Reader: r.req.Response(ct, res.Body), Closer: res.Body}
 	res.Header.Del("Content-Length")
@@ -232,4 +253,60 @@ var errUnrewritable = errors.New("a renaming mount cannot rewrite the target's a
 type rewrittenBody struct {
 	io.Reader
 	io.Closer
+}
+
+// protobufMediaType is Kubernetes' protobuf encoding.
+const protobufMediaType = "application/vnd.kubernetes.protobuf"
+
+// protobufDecoder decodes the protobuf of every type client-go knows: the built-in kinds and
+// the option kinds (DeleteOptions).
+var protobufDecoder = protobuf.NewSerializer(clientgoscheme.Scheme, clientgoscheme.Scheme)
+
+// protobufToJSON turns a protobuf body of a built-in kind into JSON; other bodies pass as
+// they are. A protobuf body of a kind client-go does not know is an error (answer 415).
+func protobufToJSON(contentType string, body []byte) ([]byte, string, error) {
+	if mt, _, _ := mime.ParseMediaType(contentType); mt != protobufMediaType || len(body) == 0 {
+		return body, contentType, nil
+	}
+	obj, gvk, err := protobufDecoder.Decode(body, nil, nil)
+	if err != nil {
+		return nil, "", fmt.Errorf("a protobuf body can be rewritten only for built-in kinds, and this one does not decode as one (%v): send JSON", err)
+	}
+	obj.GetObjectKind().SetGroupVersionKind(*gvk)
+	data, err := json.Marshal(obj)
+	if err != nil {
+		return nil, "", fmt.Errorf("encoding a protobuf body as JSON: %w", err)
+	}
+	return data, "application/json", nil
+}
+
+// crdPath matches the path of one CRD: /apis/apiextensions.k8s.io/<version>/customresourcedefinitions/<name>[/status].
+const crdPathPrefix = "/apis/apiextensions.k8s.io/"
+
+// renameCRDInPath renames the CRD named in a path (<plural>.<group> of a renamed group) to
+// its target name, by asking the rules where the CRD's resource goes.
+// TODO(#15): pkg/rewrite's Request should do this itself; then this goes.
+func (h *requestHandler) renameCRDInPath(p string) string {
+	rest, ok := strings.CutPrefix(p, crdPathPrefix)
+	if !ok {
+		return p
+	}
+	parts := strings.Split(rest, "/")
+	if len(parts) < 3 || parts[1] != "customresourcedefinitions" {
+		return p
+	}
+	plural, group, ok := strings.Cut(parts[2], ".")
+	if !ok || plural == "" {
+		return p
+	}
+	probe, err := h.rules.Request(http.MethodGet, "/apis/"+group+"/v1/"+plural, nil)
+	if err != nil || probe.Class != rewrite.Resource {
+		return p
+	}
+	target := strings.Split(strings.TrimPrefix(probe.Path, "/"), "/")
+	if len(target) != 4 {
+		return p
+	}
+	parts[2] = target[3] + "." + target[1]
+	return crdPathPrefix + strings.Join(parts, "/")
 }

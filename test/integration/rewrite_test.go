@@ -239,9 +239,6 @@ func startRenamingEnv(ctx context.Context, t *testing.T) *renamingEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := core.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "clusters"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := core.CoreV1().Secrets("clusters").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "target"}, Data: map[string][]byte{"kubeconfig": kubeconfig}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -304,6 +301,12 @@ func (e *renamingEnv) mustKubectlTarget(t *testing.T, args ...string) string {
 	return out
 }
 
+// waitEstablished waits, through the mount, until the CRD is established.
+func (e *renamingEnv) waitEstablished(t *testing.T) {
+	t.Helper()
+	e.mustKubectl(t, "", "wait", "--for=condition=Established", "crd/virtualmachines.kubevirt.io", "--timeout=60s")
+}
+
 // checkNoLeaks asserts that no presented name reached the target and no target name reached
 // the client.
 func (e *renamingEnv) checkNoLeaks(t *testing.T) {
@@ -335,7 +338,7 @@ func TestRenamingMountKubectl(t *testing.T) {
 	e := startRenamingEnv(ctx, t)
 
 	e.mustKubectl(t, vmCRD, "apply", "-f", "-")
-	e.mustKubectl(t, "", "wait", "--for=condition=Established", "crd/virtualmachines.kubevirt.io", "--timeout=60s")
+	e.waitEstablished(t)
 	onTarget := e.mustKubectlTarget(t, "get", "crd", "-o", "custom-columns=NAME:.metadata.name,GROUP:.spec.group,KIND:.spec.names.kind,LIST:.spec.names.listKind,SHORT:.spec.names.shortNames[*]", "--no-headers")
 	expectContains(t, "the CRD on the target", onTarget, "prefixedvirtualmachines.x.virtualization.example.org", "PrefixedVirtualMachine ", "PrefixedVirtualMachineList", "prefixedvm")
 
@@ -527,7 +530,7 @@ func TestRenamingMountClientGo(t *testing.T) {
 	defer cancel()
 	e := startRenamingEnv(ctx, t)
 	e.mustKubectl(t, vmCRD, "apply", "-f", "-")
-	e.mustKubectl(t, "", "wait", "--for=condition=Established", "crd/virtualmachines.kubevirt.io", "--timeout=60s")
+	e.waitEstablished(t)
 	e.mustKubectl(t, "", "create", "namespace", "ctrl")
 
 	dyn, err := dynamic.NewForConfig(e.mountConfig)
