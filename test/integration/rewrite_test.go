@@ -105,6 +105,9 @@ spec:
 // the caller's next manifest), so it is the one place presented names are stored as data.
 var lastApplied = regexp.MustCompile(`"kubectl\.kubernetes\.io/last-applied-configuration":"(\\.|[^"\\])*"`)
 
+// otherGroupsVM is a reference to a VirtualMachine of another group, which is not renamed.
+var otherGroupsVM = regexp.MustCompile(`"apiVersion":"other\.example\.com/v1","kind":"VirtualMachine"`)
+
 // recordingHop is a TLS reverse proxy on 127.0.0.1 in front of a real server: it forwards with
 // its own client configuration (the caller's credentials are dropped) and records every
 // request and response byte that crosses it.
@@ -176,7 +179,7 @@ func (h *recordingHop) requestsWith(re *regexp.Regexp) []string {
 	defer h.mu.Unlock()
 	var found []string
 	for _, r := range h.requests {
-		if re.MatchString(lastApplied.ReplaceAllString(r, "")) {
+		if re.MatchString(otherGroupsVM.ReplaceAllString(lastApplied.ReplaceAllString(r, ""), "")) {
 			found = append(found, r)
 		}
 	}
