@@ -96,10 +96,10 @@ func TestResponseObjects(t *testing.T) {
 			want: map[string]string{
 				"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
 				`metadata.labels.kubevirt\.io/os`: "linux", "metadata.labels.app": "web",
-				`metadata.annotations.kubevirt\.io/note`: "hello",
-				"metadata.finalizers.0":                   "kubevirt.io/protect",
-				"metadata.managedFields.0.apiVersion":     "kubevirt.io/v1",
-				`metadata.managedFields.0.fieldsV1.f:metadata.f:labels.f:kubevirt\.io/os`: "{}",
+				`metadata.annotations.kubevirt\.io/note`:                                             "hello",
+				"metadata.finalizers.0":                                                              "kubevirt.io/protect",
+				"metadata.managedFields.0.apiVersion":                                                "kubevirt.io/v1",
+				`metadata.managedFields.0.fieldsV1.f:metadata.f:labels.f:kubevirt\.io/os`:            "{}",
 				`metadata.managedFields.0.fieldsV1.f:metadata.f:finalizers.v:"kubevirt\.io/protect"`: "{}",
 			},
 		},
@@ -169,7 +169,7 @@ func TestResponseObjects(t *testing.T) {
 			want: map[string]string{
 				"spec.matchConstraints.resourceRules.0.apiGroups.0": "kubevirt.io", "spec.matchConstraints.resourceRules.0.resources.0": "virtualmachines",
 				"spec.matchConstraints.excludeResourceRules.0.resources.0": "virtualmachines",
-				"spec.paramKind.apiVersion": "kubevirt.io/v1", "spec.paramKind.kind": "VirtualMachine",
+				"spec.paramKind.apiVersion":                                "kubevirt.io/v1", "spec.paramKind.kind": "VirtualMachine",
 			},
 		},
 		{
