@@ -139,14 +139,20 @@ func (r *Rules) objectEdits(d direction, e *editor, doc gjson.Result, path strin
 	r.referenceEdits(d, e, doc, path, group, kind)
 }
 
+// lastApplied is the annotation in which kubectl keeps the object it last applied.
+const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
+
 // metadataEdits renames label, annotation and finalizer keys, ownerReferences and managedFields.
 func (r *Rules) metadataEdits(d direction, e *editor, m gjson.Result, path, apiVersion, kind string) {
+	if v := m.Get("annotations"); v.IsObject() {
+		if raw, ok := r.annotations(d, v); ok {
+			e.setRaw(path+".annotations", raw)
+		}
+	}
 	if len(r.prefixes) > 0 {
-		for _, f := range []string{"labels", "annotations"} {
-			if v := m.Get(f); v.IsObject() {
-				if raw, ok := renameKeys(v, func(k string) (string, bool) { return r.key(d, k) }); ok {
-					e.setRaw(path+"."+f, raw)
-				}
+		if v := m.Get("labels"); v.IsObject() {
+			if raw, ok := renameKeys(v, func(k string) (string, bool) { return r.key(d, k) }); ok {
+				e.setRaw(path+".labels", raw)
 			}
 		}
 		if v := m.Get("finalizers"); v.IsArray() {
@@ -339,11 +345,53 @@ func (r *Rules) word(d direction, w string) (string, bool) {
 		if w[i] != '.' {
 			continue
 		}
+		if head := w[:i]; head != "" && head[0] >= 'A' && head[0] <= 'Z' {
+			// Invalid errors qualify the kind: "<Kind>.<group>".
+			if rule := r.ruleForGroup(d, w[i+1:], head, ""); rule != nil {
+				_, to := rule.side(d)
+				k, _ := rule.kind(d, head)
+				return k + "." + to, true
+			}
+			continue
+		}
 		if g, res, ok := r.groupResource(d, w[i+1:], w[:i]); ok {
 			return res + "." + g, true
 		}
 	}
 	return w, false
+}
+
+// annotations renames annotation keys, and the object in kubectl's last applied
+// configuration, so that client-side apply compares like with like on either side.
+func (r *Rules) annotations(d direction, obj gjson.Result) (string, bool) {
+	changed := false
+	var b strings.Builder
+	b.WriteByte('{')
+	first := true
+	obj.ForEach(func(k, v gjson.Result) bool {
+		if !first {
+			b.WriteByte(',')
+		}
+		first = false
+		if nk, ok := r.key(d, k.Str); ok && nk != k.Str {
+			changed = true
+			b.WriteString(quote(nk))
+		} else {
+			b.WriteString(k.Raw)
+		}
+		b.WriteByte(':')
+		if k.Str == lastApplied && v.Type == gjson.String && r.mentions(d, []byte(v.Str)) && gjson.Valid(v.Str) && gjson.Parse(v.Str).IsObject() {
+			if nv, err := r.object(d, []byte(v.Str), typeHint{}); err == nil && string(nv) != v.Str {
+				changed = true
+				b.WriteString(quote(string(nv)))
+				return true
+			}
+		}
+		b.WriteString(v.Raw)
+		return true
+	})
+	b.WriteByte('}')
+	return b.String(), changed
 }
 
 // renameKeys rebuilds a JSON object with keys renamed by f, keeping order and values.

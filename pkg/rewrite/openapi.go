@@ -95,13 +95,14 @@ func (r *Rules) dropHiddenV2(data []byte) ([]byte, error) {
 	if defs := gjson.GetBytes(data, "definitions"); defs.IsObject() {
 		var members []string
 		defs.ForEach(func(k, v gjson.Result) bool {
-			drop := false
-			v.Get("x-kubernetes-group-version-kind").ForEach(func(_, gvk gjson.Result) bool {
-				if isHidden(gvk.Get("group").String()) {
-					drop = true
+			// Definitions of hidden groups only; shared ones (DeleteOptions, WatchEvent) stay.
+			gvks := v.Get("x-kubernetes-group-version-kind").Array()
+			drop := len(gvks) > 0
+			for _, gvk := range gvks {
+				if !isHidden(gvk.Get("group").String()) {
+					drop = false
 				}
-				return !drop
-			})
+			}
 			if !drop {
 				members = append(members, k.Raw+":"+v.Raw)
 			}
@@ -168,7 +169,7 @@ func (r *Rules) replacer(data []byte, rules []*groupRule) *strings.Replacer {
 				}
 				if nr, ok := rule.resource(toPresented, seg); ok {
 					seenKind["/"+seg] = true
-					pairs = append(pairs, pair{"/" + seg + "/", "/" + nr + "/"}, pair{"/" + seg + `"`, "/" + nr + `"`})
+					pairs = append(pairs, pair{seg, nr})
 				}
 			}
 			return true

@@ -171,6 +171,7 @@ type streamReader struct {
 	// apiVersion are rewritten together.
 	head      []byte
 	headDone  bool
+	tail      []byte // members after items or rows
 	headCount int
 	arrayKey  string
 	itemHint  typeHint
@@ -245,6 +246,13 @@ func (s *streamReader) step() error {
 				s.out = append(s.out, nv...)
 				return nil
 			}
+			if len(s.tail) > 0 {
+				tail, err := r.listTail(toPresented, s.tail, s.head)
+				if err != nil {
+					return err
+				}
+				s.out = append(append(s.out, ','), tail...)
+			}
 			s.out = append(s.out, '}')
 			return nil
 		}
@@ -304,14 +312,16 @@ func (s *streamReader) step() error {
 			return nil
 		}
 		if s.headDone {
-			// Members after items: copied as they are.
-			if comma {
-				s.out = append(s.out, ',')
+			// Members after items (unstructured lists put kind there): kept until the end.
+			if len(s.tail) > 0 {
+				s.tail = append(s.tail, ',')
 			}
-			s.out = append(s.out, key...)
-			s.out = append(s.out, ':')
-			v, err := s.s.value(s.out)
-			s.out = v
+			s.tail = append(s.tail, key...)
+			s.tail = append(s.tail, ':')
+			s.tail, err = s.s.value(s.tail)
+			if err == nil && len(s.tail) > maxValue {
+				err = ErrTooLarge
+			}
 			return err
 		}
 		if s.headCount > 0 {
@@ -365,6 +375,39 @@ func (s *streamReader) step() error {
 	n, err := s.s.r.Read(chunk)
 	s.out = append(s.out, chunk[:n]...)
 	return err
+}
+
+// listTail rewrites the members of a list that follow its items (tail, without braces),
+// taking apiVersion or kind from the members before them (head, an open object).
+func (r *Rules) listTail(d direction, tail, head []byte) ([]byte, error) {
+	obj := append(append([]byte{'{'}, tail...), '}')
+	if !gjson.ValidBytes(obj) {
+		return nil, fmt.Errorf("malformed JSON after the list's items")
+	}
+	h := gjson.ParseBytes(append(append([]byte(nil), head...), '}'))
+	t := gjson.ParseBytes(obj)
+	av, kind := t.Get("apiVersion"), t.Get("kind")
+	apiVersion, k := av.String(), kind.String()
+	if !av.Exists() {
+		apiVersion = h.Get("apiVersion").String()
+	}
+	if !kind.Exists() {
+		k = h.Get("kind").String()
+	}
+	e := &editor{data: obj}
+	if na, nk, ok := r.gvk(d, apiVersion, k); ok {
+		if av.Type == gjson.String {
+			e.setString("apiVersion", na)
+		}
+		if kind.Type == gjson.String {
+			e.setString("kind", nk)
+		}
+	}
+	if e.err != nil {
+		return nil, e.err
+	}
+	out := bytes.TrimSpace(e.data)
+	return out[1 : len(out)-1], nil
 }
 
 // row rewrites one Table row: its object, if the table includes objects.
