@@ -81,6 +81,9 @@ func (p *Proxier) rewriteRules(m *mounts.Mount) (*rewrite.Rules, error) {
 // rewriting is what a renamed request's response needs.
 type rewriting struct {
 	req rewrite.Request
+	// crdName is the target and presented name of the CRD the request's path names, if
+	// renamed.
+	crdName [2]string
 }
 
 // rewriteRequest rewrites a request of a renaming mount from presented to target names: path
@@ -102,8 +105,9 @@ func (h *requestHandler) rewriteRequest(w http.ResponseWriter, out *http.Request
 	case rq.Class == rewrite.Untouched && rq.Path == h.innerPath:
 		return true
 	}
+	var crdName [2]string
 	if rq.Class == rewrite.Objects {
-		rq.Path = h.renameCRDInPath(rq.Path)
+		rq.Path, crdName = h.renameCRDInPath(rq.Path)
 	}
 	joined, err := JoinPath(h.target.Base.Path, rq.Path)
 	if err != nil {
@@ -161,7 +165,7 @@ func (h *requestHandler) rewriteRequest(w http.ResponseWriter, out *http.Request
 		out.Header.Set("Content-Length", strconv.Itoa(len(rewritten)))
 		out.GetBody = nil
 	}
-	h.rewriting = &rewriting{req: rq}
+	h.rewriting = &rewriting{req: rq, crdName: crdName}
 	return true
 }
 
@@ -242,7 +246,16 @@ func (r *rewriting) response(res *http.Response) error {
 		// kube-apiserver serves the OpenAPI v3 index, JSON, as text/plain.
 		ct = "application/json"
 	}
-	res.Body = rewrittenBody{Reader: r.req.Response(ct, res.Body), Closer: res.Body}
+	var body io.Reader = res.Body
+	if r.crdName[0] != "" && res.StatusCode >= 400 {
+		// A Status about the CRD names it in details.name, in target names.
+		data, err := io.ReadAll(io.LimitReader(res.Body, maxStatusBytes))
+		if err != nil {
+			return fmt.Errorf("%w: reading the target's error: %w", errUnrewritable, err)
+		}
+		body = bytes.NewReader(bytes.ReplaceAll(data, []byte(r.crdName[0]), []byte(r.crdName[1])))
+	}
+	res.Body = rewrittenBody{Reader: r.req.Response(ct, body), Closer: res.Body}
 	res.Header.Del("Content-Length")
 	res.ContentLength = -1
 	return nil
@@ -286,27 +299,32 @@ const crdPathPrefix = "/apis/apiextensions.k8s.io/"
 // renameCRDInPath renames the CRD named in a path (<plural>.<group> of a renamed group) to
 // its target name, by asking the rules where the CRD's resource goes.
 // TODO(#15): pkg/rewrite's Request should do this itself; then this goes.
-func (h *requestHandler) renameCRDInPath(p string) string {
+// It returns the path and, if renamed, the CRD's target and presented name.
+func (h *requestHandler) renameCRDInPath(p string) (string, [2]string) {
 	rest, ok := strings.CutPrefix(p, crdPathPrefix)
 	if !ok {
-		return p
+		return p, [2]string{}
 	}
 	parts := strings.Split(rest, "/")
 	if len(parts) < 3 || parts[1] != "customresourcedefinitions" {
-		return p
+		return p, [2]string{}
 	}
 	plural, group, ok := strings.Cut(parts[2], ".")
 	if !ok || plural == "" {
-		return p
+		return p, [2]string{}
 	}
 	probe, err := h.rules.Request(http.MethodGet, "/apis/"+group+"/v1/"+plural, nil)
 	if err != nil || probe.Class != rewrite.Resource {
-		return p
+		return p, [2]string{}
 	}
 	target := strings.Split(strings.TrimPrefix(probe.Path, "/"), "/")
 	if len(target) != 4 {
-		return p
+		return p, [2]string{}
 	}
+	presented := parts[2]
 	parts[2] = target[3] + "." + target[1]
-	return crdPathPrefix + strings.Join(parts, "/")
+	return crdPathPrefix + strings.Join(parts, "/"), [2]string{parts[2], presented}
 }
+
+// maxStatusBytes bounds an error answer about a renamed CRD that is read whole.
+const maxStatusBytes = 1 << 20

@@ -100,11 +100,6 @@ spec:
                 type: boolean
 `
 
-// lastApplied matches kubectl's last-applied-configuration annotation with its value: a copy
-// of the caller's manifest as a string, kept as the caller wrote it (kubectl compares it with
-// the caller's next manifest), so it is the one place presented names are stored as data.
-var lastApplied = regexp.MustCompile(`"kubectl\.kubernetes\.io/last-applied-configuration":"(\\.|[^"\\])*"`)
-
 // otherGroupsVM is a reference to a VirtualMachine of another group, which is not renamed.
 var otherGroupsVM = regexp.MustCompile(`"apiVersion":"other\.example\.com/v1","kind":"VirtualMachine"`)
 
@@ -172,14 +167,13 @@ func (h *recordingHop) Write(p []byte) (int, error) {
 	return h.response.Write(p)
 }
 
-// requestsWith returns the recorded requests in which re matches, last-applied annotations
-// left out.
+// requestsWith returns the recorded requests in which re matches.
 func (h *recordingHop) requestsWith(re *regexp.Regexp) []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var found []string
 	for _, r := range h.requests {
-		if re.MatchString(otherGroupsVM.ReplaceAllString(lastApplied.ReplaceAllString(r, ""), "")) {
+		if re.MatchString(otherGroupsVM.ReplaceAllString(r, "")) {
 			found = append(found, r)
 		}
 	}
@@ -187,10 +181,10 @@ func (h *recordingHop) requestsWith(re *regexp.Regexp) []string {
 }
 
 // responseMatches returns the matches of re in everything that was answered through the hop,
-// last-applied annotations left out, each with some context.
+// each with some context.
 func (h *recordingHop) responseMatches(re *regexp.Regexp) []string {
 	h.mu.Lock()
-	data := lastApplied.ReplaceAllString(h.response.String(), "")
+	data := h.response.String()
 	h.mu.Unlock()
 	var found []string
 	for _, loc := range re.FindAllStringIndex(data, 20) {
