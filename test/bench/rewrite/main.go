@@ -6,12 +6,14 @@
 //
 //   - LIST of ~10 MB (10,000 objects): time per LIST through each mount, alternating, and the
 //     ratio renamed / plain (goal: at most 1.20);
+//
 //   - a watch of 10,000 events (sendInitialEvents, until the bookmark that ends them) through
 //     each mount;
+//
 //   - mount-apiserver's peak RSS (VmHWM, reset before each pass) while a ~100 MB LIST streams
 //     through each mount.
 //
-//	go run ./test/bench/rewrite [-lists 10] [-watches 5] [-big-mb 100]
+//     go run ./test/bench/rewrite [-lists 10] [-watches 5] [-big-mb 100]
 package main
 
 import (
