@@ -269,6 +269,9 @@ func TestResponseMalformed(t *testing.T) {
 		{name: "truncated object", body: `{"kind":"PrefixedVirtualMachine","apiVersion":"x.virtualization.deckhouse.io/v1","metadata":{`},
 		{name: "bad item", body: `{"kind":"PrefixedVirtualMachineList","items":[{"a":x.virtualization.deckhouse.io}]}`},
 		{name: "missing colon", body: `{"kind" "x"}`},
+		{name: "trailing comma in items", body: `{"kind":"PrefixedVirtualMachineList","items":[{},]}`},
+		{name: "empty member value", body: `{"kind":,"items":[]}`},
+		{name: "empty item", body: `{"items":[,]}`},
 		{name: "watch garbage", query: url.Values{"watch": {"true"}}, body: `{"type":"ADDED","object":{"apiVersion":"x.virtualization.deckhouse.io/v1"}}` + "\n" + `[1,2]`},
 		{name: "watch truncated", query: url.Values{"watch": {"true"}}, body: `{"type":"ADDED","object":{"apiVersion":"x.virtualization.deckhouse.io/v1"`},
 	} {

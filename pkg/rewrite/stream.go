@@ -125,6 +125,8 @@ func (s *scanner) value(buf []byte) ([]byte, error) {
 				return buf, nil
 			}
 		}
+	case ',', ':', '}', ']':
+		return buf, fmt.Errorf("malformed JSON: unexpected %q", c)
 	default:
 		for {
 			c, err := s.r.ReadByte()
