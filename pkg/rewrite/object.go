@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"github.com/tidwall/gjson"
 )
@@ -100,7 +101,8 @@ func (r *Rules) object(d direction, data []byte, hint typeHint) ([]byte, error) 
 	if r == nil || !r.mentions(d, data) {
 		return data, nil
 	}
-	doc := gjson.ParseBytes(data)
+	// The document is only read while the edits are collected: no copy of it as a string.
+	doc := gjson.Parse(unsafe.String(unsafe.SliceData(data), len(data)))
 	if !doc.IsObject() {
 		if len(bytes.TrimSpace(data)) == 0 || doc.Type != gjson.JSON {
 			return data, nil
@@ -110,7 +112,7 @@ func (r *Rules) object(d direction, data []byte, hint typeHint) ([]byte, error) 
 	if !gjson.ValidBytes(data) {
 		return nil, fmt.Errorf("malformed JSON")
 	}
-	e := &editor{data: data}
+	e := &editor{data: data, edits: make([]edit, 0, 16)}
 	r.objectEdits(d, e, doc, hint)
 	return e.bytes()
 }
@@ -240,6 +242,7 @@ func (r *Rules) metadataEdits(d direction, e *editor, m gjson.Result, kind strin
 func (r *Rules) fieldsMetadata(d direction, fm gjson.Result) (string, bool) {
 	var out []string
 	changed := false
+	out = make([]string, 0, 8)
 	fm.ForEach(func(k, v gjson.Result) bool {
 		raw := v.Raw
 		switch k.Str {
@@ -445,6 +448,7 @@ func (r *Rules) annotations(d direction, obj gjson.Result) (string, bool) {
 func renameKeys(obj gjson.Result, f func(string) (string, bool)) (string, bool) {
 	changed := false
 	var b strings.Builder
+	b.Grow(len(obj.Raw) + 64)
 	b.WriteByte('{')
 	first := true
 	obj.ForEach(func(k, v gjson.Result) bool {
