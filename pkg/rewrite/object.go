@@ -163,9 +163,7 @@ func (r *Rules) objectEdits(d direction, e *editor, doc gjson.Result, hint typeH
 		}
 	case kind == "Table" && group == "meta.k8s.io":
 		rows.ForEach(func(_, row gjson.Result) bool {
-			if o := row.Get("object"); o.IsObject() {
-				r.objectEdits(d, e, o, typeHint{})
-			}
+			r.rowEdits(d, e, row, hint)
 			return true
 		})
 	case strings.HasSuffix(kind, "List") && items.IsArray():
@@ -190,12 +188,37 @@ func (r *Rules) objectEdits(d direction, e *editor, doc gjson.Result, hint typeH
 	}
 	if meta.IsObject() {
 		r.metadataEdits(d, e, meta, kind)
+		if kind == "PartialObjectMetadata" && hint.kind == "CustomResourceDefinition" {
+			// Without its spec, a CRD's object still has its name: <plural>.<group>.
+			if n := meta.Get("name"); n.Type == gjson.String {
+				if nn, ok := r.crdName(d, n.Str); ok {
+					e.setString(n, nn)
+				}
+			}
+		}
 	}
 	r.referenceEdits(d, e, doc, group, kind)
 }
 
 // lastApplied is the annotation in which kubectl keeps the object it last applied.
 const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
+
+// rowEdits renames a Table row's object and, for CRDs, the name in its cells.
+func (r *Rules) rowEdits(d direction, e *editor, row gjson.Result, hint typeHint) {
+	if o := row.Get("object"); o.IsObject() {
+		r.objectEdits(d, e, o, hint)
+	}
+	if hint.kind == "CustomResourceDefinition" {
+		row.Get("cells").ForEach(func(_, c gjson.Result) bool {
+			if c.Type == gjson.String {
+				if nn, ok := r.crdName(d, c.Str); ok {
+					e.setString(c, nn)
+				}
+			}
+			return true
+		})
+	}
+}
 
 // metadataEdits renames label, annotation and finalizer keys, ownerReferences and managedFields.
 func (r *Rules) metadataEdits(d direction, e *editor, m gjson.Result, kind string) {

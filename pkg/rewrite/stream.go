@@ -359,7 +359,7 @@ func (s *streamReader) step() error {
 		}
 		var nv []byte
 		if s.arrayKey == "rows" {
-			nv, err = r.row(v)
+			nv, err = r.row(v, s.q.hint())
 		} else {
 			nv, err = r.object(toPresented, v, s.itemHint)
 		}
@@ -411,19 +411,15 @@ func (r *Rules) listTail(d direction, tail, head []byte) ([]byte, error) {
 }
 
 // row rewrites one Table row: its object, if the table includes objects.
-func (r *Rules) row(v []byte) ([]byte, error) {
+func (r *Rules) row(v []byte, hint typeHint) ([]byte, error) {
 	if !r.mentions(toPresented, v) {
 		return v, nil
 	}
 	if !gjson.ValidBytes(v) {
 		return nil, fmt.Errorf("malformed JSON")
 	}
-	o := gjson.GetBytes(v, "object")
-	if !o.IsObject() {
-		return v, nil
-	}
 	e := &editor{data: v}
-	r.objectEdits(toPresented, e, o, typeHint{})
+	r.rowEdits(toPresented, e, gjson.ParseBytes(v), hint)
 	return e.bytes()
 }
 
