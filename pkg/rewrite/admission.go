@@ -31,9 +31,9 @@ func (r *Rules) AdmissionReviewToPresented(body []byte) ([]byte, error) {
 			continue
 		}
 		if rule := r.ruleForGroup(d, k.Get("group").String(), k.Get("kind").String(), ""); rule != nil {
-			e.setString("request."+f+".group", rule.presented)
+			e.setString(k.Get("group"), rule.presented)
 			if nk, ok := rule.kind(d, k.Get("kind").String()); ok {
-				e.setString("request."+f+".kind", nk)
+				e.setString(k.Get("kind"), nk)
 			}
 		}
 	}
@@ -43,9 +43,9 @@ func (r *Rules) AdmissionReviewToPresented(body []byte) ([]byte, error) {
 			continue
 		}
 		if ng, nr, ok := r.groupResource(d, res.Get("group").String(), res.Get("resource").String()); ok {
-			e.setString("request."+f+".group", ng)
+			e.setString(res.Get("group"), ng)
 			if nr != res.Get("resource").String() {
-				e.setString("request."+f+".resource", nr)
+				e.setString(res.Get("resource"), nr)
 			}
 		}
 	}
@@ -59,13 +59,10 @@ func (r *Rules) AdmissionReviewToPresented(body []byte) ([]byte, error) {
 	}
 	for _, f := range []string{"object", "oldObject"} {
 		if o := req.Get(f); o.IsObject() {
-			r.objectEdits(d, e, o, "request."+f, hint)
+			r.objectEdits(d, e, o, hint)
 		}
 	}
-	if e.err != nil {
-		return nil, e.err
-	}
-	return e.data, nil
+	return e.bytes()
 }
 
 // AdmissionResponseToTarget rewrites a webhook's AdmissionReview response for the target:
@@ -96,9 +93,6 @@ func (r *Rules) AdmissionResponseToTarget(body []byte) ([]byte, error) {
 		return nil, fmt.Errorf("AdmissionReview response.patch: %w", err)
 	}
 	e := &editor{data: body}
-	e.setString("response.patch", base64.StdEncoding.EncodeToString(np))
-	if e.err != nil {
-		return nil, e.err
-	}
-	return e.data, nil
+	e.setString(p, base64.StdEncoding.EncodeToString(np))
+	return e.bytes()
 }

@@ -85,11 +85,11 @@ func (r *Rules) strategicDirectives(d direction, body []byte) ([]byte, error) {
 	for _, f := range []string{"$setElementOrder/finalizers", "$deleteFromPrimitiveList/finalizers"} {
 		if v := m.Get(escapePath(f)); v.IsArray() {
 			if raw, ok := mapStrings(v, func(s string) (string, bool) { return r.key(d, s) }); ok {
-				e.setRaw("metadata."+escapePath(f), raw)
+				e.setRaw(v, raw)
 			}
 		}
 	}
-	return e.data, e.err
+	return e.bytes()
 }
 
 // escapePath escapes a member name for a gjson/sjson path.
@@ -123,11 +123,10 @@ func (r *Rules) jsonPatch(d direction, body []byte, rule *groupRule) ([]byte, er
 			e.err = fmt.Errorf("JSON patch operation %s is not an object", i.String())
 			return false
 		}
-		base := i.String()
 		for _, f := range []string{"path", "from"} {
 			if p := op.Get(f); p.Type == gjson.String {
 				if np, ok := r.pointer(d, p.Str); ok {
-					e.setString(base+"."+f, np)
+					e.setString(p, np)
 				}
 			}
 		}
@@ -137,49 +136,45 @@ func (r *Rules) jsonPatch(d direction, body []byte, rule *groupRule) ([]byte, er
 		}
 		path := op.Get("path").String()
 		segs := splitPointer(path)
-		vp := base + ".value"
 		switch {
 		case len(segs) == 1 && segs[0] == "apiVersion" && v.Type == gjson.String:
 			if na, _, ok := r.gvk(d, v.Str, ""); ok {
-				e.setString(vp, na)
+				e.setString(v, na)
 			}
 		case len(segs) == 1 && segs[0] == "kind" && v.Type == gjson.String && rule != nil:
 			if nk, ok := rule.kind(d, v.Str); ok {
-				e.setString(vp, nk)
+				e.setString(v, nk)
 			}
 		case len(segs) == 3 && segs[0] == "metadata" && segs[1] == "finalizers" && v.Type == gjson.String:
 			if nk, ok := r.key(d, v.Str); ok {
-				e.setString(vp, nk)
+				e.setString(v, nk)
 			}
 		case len(segs) == 2 && segs[0] == "metadata" && (segs[1] == "labels" || segs[1] == "annotations") && v.IsObject():
 			if raw, ok := renameKeys(v, func(k string) (string, bool) { return r.key(d, k) }); ok {
-				e.setRaw(vp, raw)
+				e.setRaw(v, raw)
 			}
 		case len(segs) == 2 && segs[0] == "metadata" && segs[1] == "finalizers" && v.IsArray():
 			if raw, ok := mapStrings(v, func(s string) (string, bool) { return r.key(d, s) }); ok {
-				e.setRaw(vp, raw)
+				e.setRaw(v, raw)
 			}
 		case len(segs) >= 2 && segs[0] == "metadata" && segs[1] == "ownerReferences":
 			if len(segs) == 2 && v.IsArray() {
-				v.ForEach(func(j, ref gjson.Result) bool {
-					r.gvkEdits(d, e, ref, vp+"."+j.String(), "apiVersion", "kind")
+				v.ForEach(func(_, ref gjson.Result) bool {
+					r.gvkEdits(d, e, ref, "apiVersion", "kind")
 					return true
 				})
 			} else if len(segs) == 3 && v.IsObject() {
-				r.gvkEdits(d, e, v, vp, "apiVersion", "kind")
+				r.gvkEdits(d, e, v, "apiVersion", "kind")
 			}
 		case len(segs) == 1 && segs[0] == "metadata" && v.IsObject():
-			r.metadataEdits(d, e, v, vp, "", "")
+			r.metadataEdits(d, e, v, "")
 		case v.IsObject():
 			// A whole object or a part of one; parts carry no names of their own.
-			r.objectEdits(d, e, v, vp, typeHint{})
+			r.objectEdits(d, e, v, typeHint{})
 		}
 		return true
 	})
-	if e.err != nil {
-		return nil, e.err
-	}
-	return e.data, nil
+	return e.bytes()
 }
 
 // pointer renames a JSON pointer into metadata labels, annotations or finalizers.

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 )
 
 // document rewrites a discovery or OpenAPI document whole.
@@ -75,14 +76,14 @@ func (r *Rules) groupList(data []byte, doc gjson.Result) ([]byte, error) {
 		}
 		return true
 	})
-	e := &editor{data: data}
+	e := &pathEditor{data: data}
 	e.setRaw("groups", "["+strings.Join(items, ",")+"]")
 	return e.data, e.err
 }
 
 // apiGroup renames an APIGroup: name, versions[].groupVersion, preferredVersion.groupVersion.
 func (r *Rules) apiGroup(g gjson.Result, rule *groupRule) ([]byte, error) {
-	e := &editor{data: []byte(g.Raw)}
+	e := &pathEditor{data: []byte(g.Raw)}
 	e.setString("name", rule.presented)
 	g.Get("versions").ForEach(func(i, v gjson.Result) bool {
 		e.setString("versions."+i.String()+".groupVersion", rule.presented+"/"+v.Get("version").String())
@@ -98,7 +99,7 @@ func (r *Rules) apiGroup(g gjson.Result, rule *groupRule) ([]byte, error) {
 // the rule's resources (those with its prefix) renamed; other resources of the target group
 // are not presented.
 func (r *Rules) resourceList(doc gjson.Result, rule *groupRule) ([]byte, error) {
-	e := &editor{data: []byte(doc.Raw)}
+	e := &pathEditor{data: []byte(doc.Raw)}
 	if gv := doc.Get("groupVersion"); gv.Type == gjson.String {
 		_, v, _ := strings.Cut(gv.Str, "/")
 		e.setString("groupVersion", rule.presented+"/"+v)
@@ -130,7 +131,7 @@ func (r *Rules) apiResource(res gjson.Result, rule *groupRule) (string, bool) {
 	if !r.ownsResource(rule, name) {
 		return "", false
 	}
-	e := &editor{data: []byte(res.Raw)}
+	e := &pathEditor{data: []byte(res.Raw)}
 	if nn, ok := rule.resource(toPresented, name); ok {
 		e.setString("name", nn)
 	}
@@ -188,14 +189,14 @@ func (r *Rules) aggregatedList(data []byte, doc gjson.Result, only *groupRule) (
 	if err != nil {
 		return nil, fmt.Errorf("aggregated discovery: %w", err)
 	}
-	e := &editor{data: data}
+	e := &pathEditor{data: data}
 	e.setRaw("items", "["+strings.Join(items, ",")+"]")
 	return e.data, e.err
 }
 
 // aggregatedGroup renames one APIGroupDiscovery for rule.
 func (r *Rules) aggregatedGroup(g gjson.Result, rule *groupRule) (string, error) {
-	e := &editor{data: []byte(g.Raw)}
+	e := &pathEditor{data: []byte(g.Raw)}
 	e.setString("metadata.name", rule.presented)
 	g.Get("versions").ForEach(func(i, v gjson.Result) bool {
 		var res []string
@@ -218,7 +219,7 @@ func (r *Rules) resourceDiscovery(rd gjson.Result, rule *groupRule) (string, boo
 	if !r.ownsResource(rule, name) {
 		return "", false
 	}
-	e := &editor{data: []byte(rd.Raw)}
+	e := &pathEditor{data: []byte(rd.Raw)}
 	if nn, ok := rule.resource(toPresented, name); ok {
 		e.setString("resource", nn)
 	}
@@ -253,4 +254,22 @@ func (r *Rules) resourceDiscovery(rd gjson.Result, rule *groupRule) (string, boo
 		return true
 	})
 	return string(e.data), e.err == nil
+}
+
+// pathEditor edits a discovery or OpenAPI document member by member with sjson paths (built
+// only from plain names and indexes); documents are small next to lists and watch streams.
+type pathEditor struct {
+	data []byte
+	err  error
+}
+
+func (e *pathEditor) setRaw(path, raw string) {
+	if e.err != nil {
+		return
+	}
+	e.data, e.err = sjson.SetRawBytes(e.data, path, []byte(raw))
+}
+
+func (e *pathEditor) setString(path, s string) {
+	e.setRaw(path, quote(s))
 }

@@ -4,11 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"github.com/tidwall/gjson"
-	"github.com/tidwall/sjson"
 )
 
 // typeHint names the apiVersion and kind of objects that do not carry them (items of lists
@@ -17,22 +18,62 @@ type typeHint struct {
 	apiVersion, kind string
 }
 
-// editor applies edits to one JSON document. Paths are sjson paths built only from
-// names that need no escaping and array indexes.
+// editor collects replacements of values of one JSON document, found with gjson (whose
+// results know their offsets), and applies them in one pass: a document is copied once, however
+// many names it holds.
 type editor struct {
-	data []byte
-	err  error
+	data  []byte
+	edits []edit
+	err   error
 }
 
-func (e *editor) setRaw(path, raw string) {
-	if e.err != nil {
+type edit struct {
+	start, end int
+	raw        string
+}
+
+// setRaw replaces the value at (a result of gjson on e.data) with raw JSON.
+func (e *editor) setRaw(at gjson.Result, raw string) {
+	if e.err != nil || !at.Exists() {
 		return
 	}
-	e.data, e.err = sjson.SetRawBytes(e.data, path, []byte(raw))
+	start, end := at.Index, at.Index+len(at.Raw)
+	if start <= 0 || end > len(e.data) || string(e.data[start:end]) != at.Raw {
+		e.err = fmt.Errorf("rewrite: a value to replace is not where the document has it")
+		return
+	}
+	e.edits = append(e.edits, edit{start: start, end: end, raw: raw})
 }
 
-func (e *editor) setString(path, s string) {
-	e.setRaw(path, quote(s))
+// setString replaces the value at with the JSON string s.
+func (e *editor) setString(at gjson.Result, s string) {
+	e.setRaw(at, quote(s))
+}
+
+// bytes returns the edited document.
+func (e *editor) bytes() ([]byte, error) {
+	if e.err != nil {
+		return nil, e.err
+	}
+	if len(e.edits) == 0 {
+		return e.data, nil
+	}
+	sort.Slice(e.edits, func(i, j int) bool { return e.edits[i].start < e.edits[j].start })
+	n := len(e.data)
+	for i, ed := range e.edits {
+		if i > 0 && ed.start < e.edits[i-1].end {
+			return nil, fmt.Errorf("rewrite: overlapping edits")
+		}
+		n += len(ed.raw) - (ed.end - ed.start)
+	}
+	out := make([]byte, 0, n)
+	last := 0
+	for _, ed := range e.edits {
+		out = append(out, e.data[last:ed.start]...)
+		out = append(out, ed.raw...)
+		last = ed.end
+	}
+	return append(out, e.data[last:]...), nil
 }
 
 // quote returns s as a JSON string.
@@ -60,7 +101,8 @@ func (r *Rules) object(d direction, data []byte, hint typeHint) ([]byte, error) 
 	if r == nil || !r.mentions(d, data) {
 		return data, nil
 	}
-	doc := gjson.ParseBytes(data)
+	// The document is only read while the edits are collected: no copy of it as a string.
+	doc := gjson.Parse(unsafe.String(unsafe.SliceData(data), len(data)))
 	if !doc.IsObject() {
 		if len(bytes.TrimSpace(data)) == 0 || doc.Type != gjson.JSON {
 			return data, nil
@@ -70,111 +112,147 @@ func (r *Rules) object(d direction, data []byte, hint typeHint) ([]byte, error) 
 	if !gjson.ValidBytes(data) {
 		return nil, fmt.Errorf("malformed JSON")
 	}
-	e := &editor{data: data}
-	r.objectEdits(d, e, doc, "", hint)
-	if e.err != nil {
-		return nil, e.err
-	}
-	return e.data, nil
+	e := &editor{data: data, edits: make([]edit, 0, 16)}
+	r.objectEdits(d, e, doc, hint)
+	return e.bytes()
 }
 
-// objectEdits collects the edits of the object doc found at path (sjson path prefix, "" for
-// the document itself).
-func (r *Rules) objectEdits(d direction, e *editor, doc gjson.Result, path string, hint typeHint) {
-	p := func(s string) string {
-		if path == "" {
-			return s
+// objectEdits collects the edits of the object doc.
+func (r *Rules) objectEdits(d direction, e *editor, doc gjson.Result, hint typeHint) {
+	// One pass over the members: an object is scanned once, not once per name.
+	var av, k, meta, typ, obj, rows, items gjson.Result
+	members := 0
+	doc.ForEach(func(key, v gjson.Result) bool {
+		members++
+		switch key.Str {
+		case "apiVersion":
+			av = v
+		case "kind":
+			k = v
+		case "metadata":
+			meta = v
+		case "type":
+			typ = v
+		case "object":
+			obj = v
+		case "rows":
+			rows = v
+		case "items":
+			items = v
 		}
-		return path + "." + s
-	}
-	apiVersion, kind := doc.Get("apiVersion").String(), doc.Get("kind").String()
+		return true
+	})
+	apiVersion, kind := av.String(), k.String()
 	if apiVersion == "" && kind == "" {
-		if t := doc.Get("type"); t.Exists() && doc.Get("object").IsObject() && len(doc.Map()) <= 2 {
+		if typ.Exists() && obj.IsObject() && members == 2 {
 			// A watch event without its WatchEvent kind, as the watch stream sends it.
-			r.objectEdits(d, e, doc.Get("object"), p("object"), hint)
+			r.objectEdits(d, e, obj, hint)
 			return
 		}
 		apiVersion, kind = hint.apiVersion, hint.kind
 	}
-	group, _, _ := strings.Cut(apiVersion, "/")
-	if !strings.Contains(apiVersion, "/") {
-		group = ""
+	group := ""
+	if g, _, ok := strings.Cut(apiVersion, "/"); ok {
+		group = g
 	}
 	// Containers first.
 	switch {
 	case kind == "WatchEvent":
-		if o := doc.Get("object"); o.IsObject() {
-			r.objectEdits(d, e, o, p("object"), hint)
+		if obj.IsObject() {
+			r.objectEdits(d, e, obj, hint)
 		}
 	case kind == "Table" && group == "meta.k8s.io":
-		doc.Get("rows").ForEach(func(i, row gjson.Result) bool {
-			if o := row.Get("object"); o.IsObject() {
-				r.objectEdits(d, e, o, p("rows."+i.String()+".object"), typeHint{})
-			}
+		rows.ForEach(func(_, row gjson.Result) bool {
+			r.rowEdits(d, e, row, hint)
 			return true
 		})
-	case strings.HasSuffix(kind, "List") && doc.Get("items").IsArray():
+	case strings.HasSuffix(kind, "List") && items.IsArray():
 		itemHint := typeHint{apiVersion: apiVersion, kind: strings.TrimSuffix(kind, "List")}
-		doc.Get("items").ForEach(func(i, item gjson.Result) bool {
+		items.ForEach(func(_, item gjson.Result) bool {
 			if item.IsObject() {
-				r.objectEdits(d, e, item, p("items."+i.String()), itemHint)
+				r.objectEdits(d, e, item, itemHint)
 			}
 			return true
 		})
 	case kind == "Status" && (apiVersion == "v1" || apiVersion == ""):
-		r.statusEdits(d, e, doc, path)
+		r.statusEdits(d, e, doc)
 	}
 	// The object's own names, when it carries them.
-	if v := doc.Get("apiVersion"); v.Type == gjson.String {
-		if na, nk, ok := r.gvk(d, v.Str, doc.Get("kind").String()); ok {
-			e.setString(p("apiVersion"), na)
-			if k := doc.Get("kind"); k.Type == gjson.String && nk != k.Str {
-				e.setString(p("kind"), nk)
+	if av.Type == gjson.String {
+		if na, nk, ok := r.gvk(d, av.Str, k.String()); ok {
+			e.setString(av, na)
+			if k.Type == gjson.String && nk != k.Str {
+				e.setString(k, nk)
 			}
 		}
 	}
-	if m := doc.Get("metadata"); m.IsObject() {
-		r.metadataEdits(d, e, m, p("metadata"), doc.Get("apiVersion").String(), kind)
+	if meta.IsObject() {
+		r.metadataEdits(d, e, meta, kind)
+		if kind == "PartialObjectMetadata" && hint.kind == "CustomResourceDefinition" {
+			// Without its spec, a CRD's object still has its name: <plural>.<group>.
+			if n := meta.Get("name"); n.Type == gjson.String {
+				if nn, ok := r.crdName(d, n.Str); ok {
+					e.setString(n, nn)
+				}
+			}
+		}
 	}
-	r.referenceEdits(d, e, doc, path, group, kind)
+	r.referenceEdits(d, e, doc, group, kind)
 }
 
 // lastApplied is the annotation in which kubectl keeps the object it last applied.
 const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
 
+// rowEdits renames a Table row's object and, for CRDs, the name in its cells.
+func (r *Rules) rowEdits(d direction, e *editor, row gjson.Result, hint typeHint) {
+	if o := row.Get("object"); o.IsObject() {
+		r.objectEdits(d, e, o, hint)
+	}
+	if hint.kind == "CustomResourceDefinition" {
+		row.Get("cells").ForEach(func(_, c gjson.Result) bool {
+			if c.Type == gjson.String {
+				if nn, ok := r.crdName(d, c.Str); ok {
+					e.setString(c, nn)
+				}
+			}
+			return true
+		})
+	}
+}
+
 // metadataEdits renames label, annotation and finalizer keys, ownerReferences and managedFields.
-func (r *Rules) metadataEdits(d direction, e *editor, m gjson.Result, path, apiVersion, kind string) {
+func (r *Rules) metadataEdits(d direction, e *editor, m gjson.Result, kind string) {
 	if v := m.Get("annotations"); v.IsObject() {
 		if raw, ok := r.annotations(d, v); ok {
-			e.setRaw(path+".annotations", raw)
+			e.setRaw(v, raw)
 		}
 	}
 	if len(r.prefixes) > 0 {
 		if v := m.Get("labels"); v.IsObject() {
 			if raw, ok := renameKeys(v, func(k string) (string, bool) { return r.key(d, k) }); ok {
-				e.setRaw(path+".labels", raw)
+				e.setRaw(v, raw)
 			}
 		}
 		if v := m.Get("finalizers"); v.IsArray() {
 			if raw, ok := mapStrings(v, func(s string) (string, bool) { return r.key(d, s) }); ok {
-				e.setRaw(path+".finalizers", raw)
+				e.setRaw(v, raw)
 			}
 		}
 	}
-	m.Get("ownerReferences").ForEach(func(i, ref gjson.Result) bool {
-		r.gvkEdits(d, e, ref, path+".ownerReferences."+i.String(), "apiVersion", "kind")
+	m.Get("ownerReferences").ForEach(func(_, ref gjson.Result) bool {
+		r.gvkEdits(d, e, ref, "apiVersion", "kind")
 		return true
 	})
-	m.Get("managedFields").ForEach(func(i, mf gjson.Result) bool {
+	m.Get("managedFields").ForEach(func(_, mf gjson.Result) bool {
 		if v := mf.Get("apiVersion"); v.Type == gjson.String {
 			if na, _, ok := r.gvk(d, v.Str, kind); ok {
-				e.setString(path+".managedFields."+i.String()+".apiVersion", na)
+				e.setString(v, na)
 			}
 		}
 		if len(r.prefixes) > 0 {
 			if fm := mf.Get("fieldsV1.f:metadata"); fm.IsObject() {
 				if raw, ok := r.fieldsMetadata(d, fm); ok {
-					e.setRaw(path+".managedFields."+i.String()+".fieldsV1.f:metadata", raw)
+					e.setRaw(fm, raw)
 				}
 			}
 		}
@@ -187,6 +265,7 @@ func (r *Rules) metadataEdits(d direction, e *editor, m gjson.Result, path, apiV
 func (r *Rules) fieldsMetadata(d direction, fm gjson.Result) (string, bool) {
 	var out []string
 	changed := false
+	out = make([]string, 0, 8)
 	fm.ForEach(func(k, v gjson.Result) bool {
 		raw := v.Raw
 		switch k.Str {
@@ -227,7 +306,7 @@ func (r *Rules) fieldsMetadata(d direction, fm gjson.Result) (string, bool) {
 }
 
 // gvkEdits renames an apiVersion and kind pair found in obj under the given member names.
-func (r *Rules) gvkEdits(d direction, e *editor, obj gjson.Result, path, avField, kindField string) {
+func (r *Rules) gvkEdits(d direction, e *editor, obj gjson.Result, avField, kindField string) {
 	av := obj.Get(avField)
 	if av.Type != gjson.String {
 		return
@@ -237,21 +316,15 @@ func (r *Rules) gvkEdits(d direction, e *editor, obj gjson.Result, path, avField
 	if !ok {
 		return
 	}
-	e.setString(path+"."+avField, na)
+	e.setString(av, na)
 	if k.Type == gjson.String && nk != k.Str {
-		e.setString(path+"."+kindField, nk)
+		e.setString(k, nk)
 	}
 }
 
 // statusEdits renames details.group and details.kind (a resource or a kind) of a Status and
 // the qualified resource names in its message.
-func (r *Rules) statusEdits(d direction, e *editor, doc gjson.Result, path string) {
-	p := func(s string) string {
-		if path == "" {
-			return s
-		}
-		return path + "." + s
-	}
+func (r *Rules) statusEdits(d direction, e *editor, doc gjson.Result) {
 	det := doc.Get("details")
 	g := det.Get("group")
 	if g.Type == gjson.String && g.Str != "" {
@@ -262,7 +335,7 @@ func (r *Rules) statusEdits(d direction, e *editor, doc gjson.Result, path strin
 		}
 		if rule := r.ruleForGroup(d, g.Str, kind, resource); rule != nil {
 			_, to := rule.side(d)
-			e.setString(p("details.group"), to)
+			e.setString(g, to)
 			if k != "" {
 				var nk string
 				if kind != "" {
@@ -271,20 +344,20 @@ func (r *Rules) statusEdits(d direction, e *editor, doc gjson.Result, path strin
 					nk, _ = rule.resource(d, k)
 				}
 				if nk != k {
-					e.setString(p("details.kind"), nk)
+					e.setString(det.Get("kind"), nk)
 				}
 			}
 		}
 	}
 	if msg := doc.Get("message"); msg.Type == gjson.String {
 		if nm, ok := r.message(d, msg.Str); ok {
-			e.setString(p("message"), nm)
+			e.setString(msg, nm)
 		}
 	}
-	det.Get("causes").ForEach(func(i, c gjson.Result) bool {
+	det.Get("causes").ForEach(func(_, c gjson.Result) bool {
 		if msg := c.Get("message"); msg.Type == gjson.String {
 			if nm, ok := r.message(d, msg.Str); ok {
-				e.setString(p("details.causes."+i.String()+".message"), nm)
+				e.setString(msg, nm)
 			}
 		}
 		return true
@@ -398,6 +471,7 @@ func (r *Rules) annotations(d direction, obj gjson.Result) (string, bool) {
 func renameKeys(obj gjson.Result, f func(string) (string, bool)) (string, bool) {
 	changed := false
 	var b strings.Builder
+	b.Grow(len(obj.Raw) + 64)
 	b.WriteByte('{')
 	first := true
 	obj.ForEach(func(k, v gjson.Result) bool {

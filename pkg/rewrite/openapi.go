@@ -45,7 +45,7 @@ func (r *Rules) openAPIIndex(data []byte) ([]byte, error) {
 			members = append(members, k.Raw+":"+v.Raw)
 		default:
 			for _, rule := range rs {
-				e := &editor{data: []byte(v.Raw)}
+				e := &pathEditor{data: []byte(v.Raw)}
 				if u := v.Get("serverRelativeURL"); u.Type == gjson.String {
 					e.setString("serverRelativeURL", strings.Replace(u.Str, "/apis/"+rule.target+"/", "/apis/"+rule.presented+"/", 1))
 				}
@@ -54,7 +54,7 @@ func (r *Rules) openAPIIndex(data []byte) ([]byte, error) {
 		}
 		return true
 	})
-	e := &editor{data: data}
+	e := &pathEditor{data: data}
 	e.setRaw("paths", "{"+strings.Join(members, ",")+"}")
 	return e.data, e.err
 }
@@ -79,7 +79,7 @@ func (r *Rules) dropHiddenV2(data []byte) ([]byte, error) {
 		}
 		return false
 	}
-	e := &editor{data: data}
+	e := &pathEditor{data: data}
 	if paths := gjson.GetBytes(data, "paths"); paths.IsObject() {
 		var members []string
 		paths.ForEach(func(k, v gjson.Result) bool {

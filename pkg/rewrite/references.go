@@ -27,36 +27,30 @@ var kindOfResource = map[[2]string]typeHint{
 }
 
 // referenceEdits renames the groups, resources and kinds that objects of other groups name.
-func (r *Rules) referenceEdits(d direction, e *editor, doc gjson.Result, path, group, kind string) {
-	p := func(s string) string {
-		if path == "" {
-			return s
-		}
-		return path + "." + s
-	}
+func (r *Rules) referenceEdits(d direction, e *editor, doc gjson.Result, group, kind string) {
 	switch group {
 	case "apiextensions.k8s.io":
 		if kind == "CustomResourceDefinition" {
-			r.crdEdits(d, e, doc, p)
+			r.crdEdits(d, e, doc)
 		}
 	case "rbac.authorization.k8s.io":
 		if kind == "Role" || kind == "ClusterRole" {
-			r.rulesEdits(d, e, doc.Get("rules"), p("rules"), "apiGroups")
+			r.rulesEdits(d, e, doc.Get("rules"))
 		}
 	case "admissionregistration.k8s.io":
 		switch kind {
 		case "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration":
-			doc.Get("webhooks").ForEach(func(i, w gjson.Result) bool {
-				r.rulesEdits(d, e, w.Get("rules"), p("webhooks."+i.String()+".rules"), "apiGroups")
+			doc.Get("webhooks").ForEach(func(_, w gjson.Result) bool {
+				r.rulesEdits(d, e, w.Get("rules"))
 				return true
 			})
 		case "ValidatingAdmissionPolicy", "MutatingAdmissionPolicy":
-			r.matchEdits(d, e, doc.Get("spec.matchConstraints"), p("spec.matchConstraints"))
+			r.matchEdits(d, e, doc.Get("spec.matchConstraints"))
 			if pk := doc.Get("spec.paramKind"); pk.IsObject() {
-				r.gvkEdits(d, e, pk, p("spec.paramKind"), "apiVersion", "kind")
+				r.gvkEdits(d, e, pk, "apiVersion", "kind")
 			}
 		case "ValidatingAdmissionPolicyBinding", "MutatingAdmissionPolicyBinding":
-			r.matchEdits(d, e, doc.Get("spec.matchResources"), p("spec.matchResources"))
+			r.matchEdits(d, e, doc.Get("spec.matchResources"))
 		}
 	case "authorization.k8s.io":
 		switch kind {
@@ -65,20 +59,20 @@ func (r *Rules) referenceEdits(d direction, e *editor, doc gjson.Result, path, g
 			g := ra.Get("group")
 			if g.Type == gjson.String {
 				if ng, nr, ok := r.groupResource(d, g.Str, ra.Get("resource").String()); ok {
-					e.setString(p("spec.resourceAttributes.group"), ng)
+					e.setString(g, ng)
 					if res := ra.Get("resource"); res.Type == gjson.String && res.Str != nr {
-						e.setString(p("spec.resourceAttributes.resource"), nr)
+						e.setString(res, nr)
 					}
 				}
 			}
 		case "SelfSubjectRulesReview":
-			r.rulesEdits(d, e, doc.Get("status.resourceRules"), p("status.resourceRules"), "apiGroups")
+			r.rulesEdits(d, e, doc.Get("status.resourceRules"))
 		}
 	case "":
 		if kind == "Event" {
 			for _, f := range []string{"involvedObject", "related"} {
 				if o := doc.Get(f); o.IsObject() {
-					r.gvkEdits(d, e, o, p(f), "apiVersion", "kind")
+					r.gvkEdits(d, e, o, "apiVersion", "kind")
 				}
 			}
 		}
@@ -86,7 +80,7 @@ func (r *Rules) referenceEdits(d direction, e *editor, doc gjson.Result, path, g
 		if kind == "Event" {
 			for _, f := range []string{"regarding", "related"} {
 				if o := doc.Get(f); o.IsObject() {
-					r.gvkEdits(d, e, o, p(f), "apiVersion", "kind")
+					r.gvkEdits(d, e, o, "apiVersion", "kind")
 				}
 			}
 		}
@@ -95,7 +89,7 @@ func (r *Rules) referenceEdits(d direction, e *editor, doc gjson.Result, path, g
 
 // crdEdits renames a CustomResourceDefinition of a renamed group: metadata.name
 // (<plural>.<group>), spec.group, spec.names and status.acceptedNames.
-func (r *Rules) crdEdits(d direction, e *editor, doc gjson.Result, p func(string) string) {
+func (r *Rules) crdEdits(d direction, e *editor, doc gjson.Result) {
 	g := doc.Get("spec.group")
 	if g.Type != gjson.String {
 		return
@@ -105,63 +99,62 @@ func (r *Rules) crdEdits(d direction, e *editor, doc gjson.Result, p func(string
 		return
 	}
 	_, to := rule.side(d)
-	e.setString(p("spec.group"), to)
+	e.setString(g, to)
 	if n := doc.Get("metadata.name"); n.Type == gjson.String {
 		if plural, _, ok := strings.Cut(n.Str, "."); ok {
 			np, _ := rule.resource(d, plural)
-			e.setString(p("metadata.name"), np+"."+to)
+			e.setString(n, np+"."+to)
 		}
 	}
 	for _, names := range []string{"spec.names", "status.acceptedNames"} {
-		r.namesEdits(d, e, rule, doc.Get(names), p(names))
+		r.namesEdits(d, e, rule, doc.Get(names))
 	}
 }
 
 // namesEdits renames a CustomResourceDefinitionNames: kind and listKind take the kind prefix,
 // plural, singular and short names the lower-case one; categories stay.
-func (r *Rules) namesEdits(d direction, e *editor, rule *groupRule, names gjson.Result, path string) {
+func (r *Rules) namesEdits(d direction, e *editor, rule *groupRule, names gjson.Result) {
 	if !names.IsObject() {
 		return
 	}
 	for _, f := range []string{"kind", "listKind"} {
 		if v := names.Get(f); v.Type == gjson.String {
 			if nk, ok := rule.kind(d, v.Str); ok {
-				e.setString(path+"."+f, nk)
+				e.setString(v, nk)
 			}
 		}
 	}
 	for _, f := range []string{"plural", "singular"} {
 		if v := names.Get(f); v.Type == gjson.String {
 			if nr, ok := rule.resource(d, v.Str); ok {
-				e.setString(path+"."+f, nr)
+				e.setString(v, nr)
 			}
 		}
 	}
 	if v := names.Get("shortNames"); v.IsArray() {
 		if raw, ok := mapStrings(v, func(s string) (string, bool) { return rule.resource(d, s) }); ok {
-			e.setRaw(path+".shortNames", raw)
+			e.setRaw(v, raw)
 		}
 	}
 }
 
 // matchEdits renames resourceRules and excludeResourceRules of admission policies' match
 // constraints and bindings' match resources.
-func (r *Rules) matchEdits(d direction, e *editor, m gjson.Result, path string) {
+func (r *Rules) matchEdits(d direction, e *editor, m gjson.Result) {
 	if !m.IsObject() {
 		return
 	}
 	for _, f := range []string{"resourceRules", "excludeResourceRules"} {
-		r.rulesEdits(d, e, m.Get(f), path+"."+f, "apiGroups")
+		r.rulesEdits(d, e, m.Get(f))
 	}
 }
 
 // rulesEdits renames an array of rules with apiGroups and resources (RBAC PolicyRules,
 // admission RuleWithOperations, NamedRuleWithOperations, ResourceRules). Resources are renamed
 // when the rule names a renamed group; each picks the rule of its group by its prefix.
-func (r *Rules) rulesEdits(d direction, e *editor, rules gjson.Result, path, groupsField string) {
-	rules.ForEach(func(i, rule gjson.Result) bool {
-		rp := path + "." + i.String()
-		groups := rule.Get(groupsField)
+func (r *Rules) rulesEdits(d direction, e *editor, rules gjson.Result) {
+	rules.ForEach(func(_, rule gjson.Result) bool {
+		groups := rule.Get("apiGroups")
 		var renamed []string // the groups of this rule that are renamed, as they come
 		if raw, ok := mapStrings(groups, func(g string) (string, bool) {
 			if gr := r.ruleForGroup(d, g, "", ""); gr != nil {
@@ -171,12 +164,13 @@ func (r *Rules) rulesEdits(d direction, e *editor, rules gjson.Result, path, gro
 			}
 			return g, false
 		}); ok {
-			e.setRaw(rp+"."+groupsField, raw)
+			e.setRaw(groups, raw)
 		}
 		if len(renamed) == 0 {
 			return true
 		}
-		if raw, ok := mapStrings(rule.Get("resources"), func(res string) (string, bool) {
+		resources := rule.Get("resources")
+		if raw, ok := mapStrings(resources, func(res string) (string, bool) {
 			base, _, _ := strings.Cut(res, "/")
 			for _, g := range renamed {
 				if gr := r.ruleForGroup(d, g, "", base); gr != nil {
@@ -187,7 +181,7 @@ func (r *Rules) rulesEdits(d direction, e *editor, rules gjson.Result, path, gro
 			}
 			return res, false
 		}); ok {
-			e.setRaw(rp+".resources", raw)
+			e.setRaw(resources, raw)
 		}
 		return true
 	})

@@ -162,6 +162,12 @@ func (r *Rules) resourceRequest(req Request, group, version string, rest []strin
 	} else {
 		req.Class = Objects
 		req.group, req.resource = group, resource
+		if req.crds() && len(rest) > 1 {
+			// A CRD's name is <plural>.<group>.
+			if n, ok := r.crdName(toTarget, rest[1]); ok {
+				rest[1] = n
+			}
+		}
 	}
 	req.Path = joinPath(append(prefix, rest...), req.Path)
 	q, err := r.query(req, req.Query)
@@ -170,6 +176,24 @@ func (r *Rules) resourceRequest(req Request, group, version string, rest []strin
 	}
 	req.Query = q
 	return req, nil
+}
+
+// crds reports whether the request is for CustomResourceDefinitions.
+func (q Request) crds() bool {
+	return q.group == "apiextensions.k8s.io" && q.resource == "customresourcedefinitions"
+}
+
+// crdName renames a CRD name (<plural>.<group>) of a renamed group.
+func (r *Rules) crdName(d direction, name string) (string, bool) {
+	plural, g, ok := strings.Cut(name, ".")
+	if !ok {
+		return name, false
+	}
+	ng, np, ok := r.groupResource(d, g, plural)
+	if !ok {
+		return name, false
+	}
+	return np + "." + ng, true
 }
 
 // query rewrites labelSelector and fieldSelector.
@@ -272,11 +296,7 @@ func (r *Rules) fieldSelector(d direction, group, resource, s string) (string, b
 		v := q.Value
 		switch {
 		case q.Field == "metadata.name" && kindField == "":
-			if plural, g, ok := strings.Cut(v, "."); ok {
-				if ng, nr, ok := r.groupResource(d, g, plural); ok {
-					v = nr + "." + ng
-				}
-			}
+			v, _ = r.crdName(d, v)
 		case q.Field == apiVersionField && apiVersionField != "":
 			v, _, _ = r.gvk(d, v, "")
 		case q.Field == kindField && kindField != "" && apiVersion != "":

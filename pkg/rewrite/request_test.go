@@ -126,6 +126,9 @@ func TestRequestPaths(t *testing.T) {
 		{path: "/openapi/v3/apis/" + tGroup + "/v1", wantClass: NotFound, wantPath: "/openapi/v3/apis/" + tGroup + "/v1"},
 		{path: "/openapi/v3/api/v1", wantClass: Untouched, wantPath: "/openapi/v3/api/v1"},
 		{path: "/apis/apps/v1/deployments", wantClass: Objects, wantPath: "/apis/apps/v1/deployments"},
+		{path: "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/virtualmachines.kubevirt.io", wantClass: Objects, wantPath: "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/prefixedvirtualmachines." + tGroup},
+		{path: "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/virtualmachines.kubevirt.io/status", wantClass: Objects, wantPath: "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/prefixedvirtualmachines." + tGroup + "/status"},
+		{path: "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.com", wantClass: Objects, wantPath: "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.com"},
 		{path: "/apis/apps/v1", wantClass: Untouched, wantPath: "/apis/apps/v1"},
 	} {
 		t.Run(tc.path, func(t *testing.T) {

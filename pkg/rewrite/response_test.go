@@ -214,6 +214,30 @@ func TestResponseObjects(t *testing.T) {
 	}
 }
 
+// kubectl get crd: a Table of PartialObjectMetadata, the name in the cells too.
+func TestResponseCRDTable(t *testing.T) {
+	r := kubevirtRules(t)
+	in := []byte(`{"kind":"Table","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"1"},"columnDefinitions":[{"name":"Name","type":"string","format":"name","description":"","priority":0},{"name":"Created At","type":"date","format":"","description":"","priority":0}],` +
+		`"rows":[{"cells":["prefixedvirtualmachines.x.virtualization.deckhouse.io","2026-11-23T02:58:00Z"],"object":{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"name":"prefixedvirtualmachines.x.virtualization.deckhouse.io","uid":"1","resourceVersion":"1","creationTimestamp":"2026-11-23T02:58:00Z"}}},` +
+		`{"cells":["widgets.example.com","2026-11-23T02:58:00Z"],"object":{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"name":"widgets.example.com","uid":"2"}}}]}`)
+	const path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+	out := respond(t, r, path, nil, in)
+	noTargetNames(t, out)
+	for p, want := range map[string]string{
+		"rows.0.cells.0": "virtualmachines.kubevirt.io", "rows.0.object.metadata.name": "virtualmachines.kubevirt.io",
+		"rows.1.cells.0": "widgets.example.com", "rows.1.object.metadata.name": "widgets.example.com",
+	} {
+		if got := get(t, out, p); got != want {
+			t.Errorf("%s = %q, want %q", p, got, want)
+		}
+	}
+	// And in a watch of Tables (kubectl get crd -w).
+	out = respond(t, r, path, url.Values{"watch": {"true"}}, append(append([]byte(`{"type":"ADDED","object":`), in...), '}', '\n'))
+	if got := get(t, out, "object.rows.0.cells.0"); got != "virtualmachines.kubevirt.io" {
+		t.Errorf("watch: %q", got)
+	}
+}
+
 func TestResponseWatch(t *testing.T) {
 	r := kubevirtRules(t)
 	in := sample(t, "watch.jsonl")
@@ -269,6 +293,9 @@ func TestResponseMalformed(t *testing.T) {
 		{name: "truncated object", body: `{"kind":"PrefixedVirtualMachine","apiVersion":"x.virtualization.deckhouse.io/v1","metadata":{`},
 		{name: "bad item", body: `{"kind":"PrefixedVirtualMachineList","items":[{"a":x.virtualization.deckhouse.io}]}`},
 		{name: "missing colon", body: `{"kind" "x"}`},
+		{name: "trailing comma in items", body: `{"kind":"PrefixedVirtualMachineList","items":[{},]}`},
+		{name: "empty member value", body: `{"kind":,"items":[]}`},
+		{name: "empty item", body: `{"items":[,]}`},
 		{name: "watch garbage", query: url.Values{"watch": {"true"}}, body: `{"type":"ADDED","object":{"apiVersion":"x.virtualization.deckhouse.io/v1"}}` + "\n" + `[1,2]`},
 		{name: "watch truncated", query: url.Values{"watch": {"true"}}, body: `{"type":"ADDED","object":{"apiVersion":"x.virtualization.deckhouse.io/v1"`},
 	} {

@@ -70,61 +70,60 @@ func (s *scanner) value(buf []byte) ([]byte, error) {
 	}
 	start := len(buf)
 	switch c {
-	case '{', '[':
+	case '{', '[', '"':
+		// Scan what the reader has buffered in bulk: nesting and strings only.
 		depth := 0
 		inString, escaped := false, false
 		for {
-			c, err := s.r.ReadByte()
-			if err != nil {
+			if _, err := s.r.Peek(1); err != nil {
 				return buf, unexpectedEOF(err)
 			}
-			buf = append(buf, c)
+			chunk, _ := s.r.Peek(s.r.Buffered())
+			end := -1
+			for i, c := range chunk {
+				if inString {
+					switch {
+					case escaped:
+						escaped = false
+					case c == '\\':
+						escaped = true
+					case c == '"':
+						inString = false
+						if depth == 0 {
+							end = i + 1
+						}
+					}
+				} else {
+					switch c {
+					case '"':
+						inString = true
+					case '{', '[':
+						depth++
+					case '}', ']':
+						depth--
+						if depth == 0 {
+							end = i + 1
+						}
+					}
+				}
+				if end >= 0 {
+					break
+				}
+			}
+			if end < 0 {
+				end = len(chunk)
+			}
+			buf = append(buf, chunk[:end]...)
+			_, _ = s.r.Discard(end)
 			if len(buf)-start > s.max {
 				return buf, ErrTooLarge
 			}
-			switch {
-			case inString:
-				switch {
-				case escaped:
-					escaped = false
-				case c == '\\':
-					escaped = true
-				case c == '"':
-					inString = false
-				}
-			case c == '"':
-				inString = true
-			case c == '{' || c == '[':
-				depth++
-			case c == '}' || c == ']':
-				depth--
-				if depth == 0 {
-					return buf, nil
-				}
-			}
-		}
-	case '"':
-		_, _ = s.r.ReadByte()
-		buf = append(buf, c)
-		escaped := false
-		for {
-			c, err := s.r.ReadByte()
-			if err != nil {
-				return buf, unexpectedEOF(err)
-			}
-			buf = append(buf, c)
-			if len(buf)-start > s.max {
-				return buf, ErrTooLarge
-			}
-			switch {
-			case escaped:
-				escaped = false
-			case c == '\\':
-				escaped = true
-			case c == '"':
+			if (depth == 0 && !inString) || (end < len(chunk)) {
 				return buf, nil
 			}
 		}
+	case ',', ':', '}', ']':
+		return buf, fmt.Errorf("malformed JSON: unexpected %q", c)
 	default:
 		for {
 			c, err := s.r.ReadByte()
@@ -360,7 +359,7 @@ func (s *streamReader) step() error {
 		}
 		var nv []byte
 		if s.arrayKey == "rows" {
-			nv, err = r.row(v)
+			nv, err = r.row(v, s.q.hint())
 		} else {
 			nv, err = r.object(toPresented, v, s.itemHint)
 		}
@@ -397,31 +396,31 @@ func (r *Rules) listTail(d direction, tail, head []byte) ([]byte, error) {
 	e := &editor{data: obj}
 	if na, nk, ok := r.gvk(d, apiVersion, k); ok {
 		if av.Type == gjson.String {
-			e.setString("apiVersion", na)
+			e.setString(av, na)
 		}
 		if kind.Type == gjson.String {
-			e.setString("kind", nk)
+			e.setString(kind, nk)
 		}
 	}
-	if e.err != nil {
-		return nil, e.err
+	out, err := e.bytes()
+	if err != nil {
+		return nil, err
 	}
-	out := bytes.TrimSpace(e.data)
+	out = bytes.TrimSpace(out)
 	return out[1 : len(out)-1], nil
 }
 
 // row rewrites one Table row: its object, if the table includes objects.
-func (r *Rules) row(v []byte) ([]byte, error) {
+func (r *Rules) row(v []byte, hint typeHint) ([]byte, error) {
 	if !r.mentions(toPresented, v) {
 		return v, nil
 	}
-	o := gjson.GetBytes(v, "object")
-	if !o.IsObject() {
-		return v, nil
+	if !gjson.ValidBytes(v) {
+		return nil, fmt.Errorf("malformed JSON")
 	}
 	e := &editor{data: v}
-	r.objectEdits(toPresented, e, o, "object", typeHint{})
-	return e.data, e.err
+	r.rowEdits(toPresented, e, gjson.ParseBytes(v), hint)
+	return e.bytes()
 }
 
 // documentReader reads a discovery or OpenAPI document whole, then returns it rewritten.
