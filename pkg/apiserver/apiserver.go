@@ -49,6 +49,8 @@ type ExtraConfig struct {
 	Status StatusConfig
 	// UnboundGC configures the collector of Mounts of unbound logical clusters (kcp mode).
 	UnboundGC UnboundGCConfig
+	// AdmissionRelay, if set, serves the webhooks registered through renaming mounts.
+	AdmissionRelay *AdmissionRelayConfig
 }
 
 type completedConfig struct {
@@ -79,6 +81,7 @@ func (c *Config) Complete() CompletedConfig {
 // when it stops; call Close only when no Server was built.
 func (c *Config) Close() {
 	c.Extra.EmbeddedEtcd.Close()
+	c.Extra.AdmissionRelay.close()
 }
 
 // New builds the server and installs the mounts.kcp.io API group.
@@ -127,6 +130,12 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil
 	}); err != nil {
 		return nil, fmt.Errorf("adding post-start hook: %w", err)
+	}
+
+	if relay := c.Extra.AdmissionRelay; relay != nil {
+		if err := generic.AddPostStartHook("start-admission-relay", startAdmissionRelay(relay, storage, proxier)); err != nil {
+			return nil, fmt.Errorf("adding post-start hook: %w", err)
+		}
 	}
 
 	if c.Extra.Status.Enabled {

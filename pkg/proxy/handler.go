@@ -53,6 +53,9 @@ type Proxier struct {
 	buffers bufferPool
 	// compiled keeps the compiled spec.rewrites of renaming mounts (rewrite.go).
 	compiled compiledRules
+	// AdmissionRelay is where targets reach this server's admission relay; nil refuses
+	// webhook configurations written through renaming mounts (webhooks.go).
+	AdmissionRelay *AdmissionRelayConfig
 
 	// Kcp is the provider's client configuration for kcp (--kcp-kubeconfig): Workspace mounts
 	// are proxied to its host, kcp's base URL, with its credentials, impersonating the

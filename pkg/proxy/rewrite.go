@@ -2,16 +2,21 @@ package proxy
 
 import (
 	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"mime"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -67,6 +72,45 @@ func (c *compiledRules) forget(uid types.UID) {
 	delete(c.rules, uid)
 }
 
+// RewriteRules returns the compiled rules of a mount's spec.rewrites, nil when they rename
+// nothing (the admission relay's view of the proxy's rules).
+func (p *Proxier) RewriteRules(m *mounts.Mount) (*rewrite.Rules, error) {
+	if m.Spec.Rewrites == nil {
+		return nil, nil
+	}
+	return p.rewriteRules(m)
+}
+
+// WebhookClient returns a client for a webhook at rawURL that the admission relay calls:
+// under the target policy (the URL, every address connected to, never this server's own
+// certificate), trusting caPEM (the system roots when empty). It keeps no connection.
+func (p *Proxier) WebhookClient(caPEM []byte, rawURL string) (*http.Client, error) {
+	policy := p.Transports.opts.Policy
+	u, err := url.Parse(rawURL)
+	if err != nil || u.Host == "" {
+		return nil, fmt.Errorf("its URL does not parse")
+	}
+	if err := policy.CheckURL(u); err != nil {
+		return nil, err
+	}
+	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12, VerifyConnection: refuseOwnCertificate(policy)}
+	if len(caPEM) > 0 {
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(caPEM) {
+			return nil, fmt.Errorf("its caBundle holds no certificate")
+		}
+		tlsConfig.RootCAs = pool
+	}
+	dialer := net.Dialer{Timeout: 10 * time.Second}
+	return &http.Client{Transport: &http.Transport{
+		TLSClientConfig: tlsConfig,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return dialAllowed(ctx, dialer, policy, network, addr)
+		},
+		DisableKeepAlives: true,
+	}}, nil
+}
+
 // rewriteRules returns the compiled rules of a mount with spec.rewrites (nil when they rename
 // nothing). Validation refuses rules that do not compile, so an error here means a Mount
 // stored before validation knew better: the proxy refuses it rather than guess.
@@ -84,6 +128,8 @@ type rewriting struct {
 	// crdName is the target and presented name of the CRD the request's path names, if
 	// renamed.
 	crdName [2]string
+	// webhooks: the response holds webhook configurations, whose clientConfigs are restored.
+	webhooks bool
 }
 
 // rewriteRequest rewrites a request of a renaming mount from presented to target names: path
@@ -122,6 +168,15 @@ func (h *requestHandler) rewriteRequest(w http.ResponseWriter, out *http.Request
 		return true
 	}
 
+	webhooks := ""
+	if rq.Class == rewrite.Objects {
+		webhooks = webhookKind(rq.Path)
+	}
+	if webhooks != "" && out.Method == http.MethodPatch {
+		writeStatus(w, newStatus(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, fmt.Sprintf(
+			"mount %q renames APIs and points the webhooks written through it at its admission relay: write webhook configurations whole (create, or update as kubectl replace does), not by patch", h.mount.Name)))
+		return false
+	}
 	accept, ok := negotiateJSON(out.Header.Values("Accept"))
 	if !ok {
 		writeStatus(w, newStatus(http.StatusNotAcceptable, metav1.StatusReasonNotAcceptable, fmt.Sprintf(
@@ -160,12 +215,17 @@ func (h *requestHandler) rewriteRequest(w http.ResponseWriter, out *http.Request
 			}
 			return false
 		}
+		if webhooks != "" && (out.Method == http.MethodPost || out.Method == http.MethodPut) {
+			if rewritten, ok = h.serveWebhookWrite(out.Context(), w, webhooks, rewritten); !ok {
+				return false
+			}
+		}
 		out.Body = io.NopCloser(bytes.NewReader(rewritten))
 		out.ContentLength = int64(len(rewritten))
 		out.Header.Set("Content-Length", strconv.Itoa(len(rewritten)))
 		out.GetBody = nil
 	}
-	h.rewriting = &rewriting{req: rq, crdName: crdName}
+	h.rewriting = &rewriting{req: rq, crdName: crdName, webhooks: webhooks != ""}
 	return true
 }
 
@@ -255,7 +315,11 @@ func (r *rewriting) response(res *http.Response) error {
 		}
 		body = bytes.NewReader(bytes.ReplaceAll(data, []byte(r.crdName[0]), []byte(r.crdName[1])))
 	}
-	res.Body = rewrittenBody{Reader: r.req.Response(ct, body), Closer: res.Body}
+	rewritten := r.req.Response(ct, body)
+	if r.webhooks {
+		rewritten = restoreWebhooks(rewritten, r.req.Watch)
+	}
+	res.Body = rewrittenBody{Reader: rewritten, Closer: res.Body}
 	res.Header.Del("Content-Length")
 	res.ContentLength = -1
 	return nil

@@ -88,6 +88,8 @@ type Options struct {
 	StatusController bool
 	// LeaderElection elects the replica that writes status (delegated mode).
 	LeaderElection componentbaseconfig.LeaderElectionConfiguration
+	// AdmissionRelay serves the webhooks registered through renaming mounts.
+	AdmissionRelay AdmissionRelayOptions
 
 	ServerRun     *genericoptions.ServerRunOptions
 	SecureServing *genericoptions.SecureServingOptionsWithLoopback
@@ -192,6 +194,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.Int64Var(&o.EmbeddedEtcdQuotaBackendBytes, "embedded-etcd-quota-backend-bytes", o.EmbeddedEtcdQuotaBackendBytes,
 		"Size limit of the embedded etcd's database in bytes; 0 takes etcd's default (2 GiB). Ignored with --etcd-servers.")
 	o.Kcp.AddFlags(fss.FlagSet("kcp"))
+	o.AdmissionRelay.AddFlags(fss.FlagSet("admission relay"))
 	o.ServerRun.AddUniversalFlags(fss.FlagSet("generic"))
 	o.SecureServing.AddFlags(fss.FlagSet("secure serving"))
 	o.Etcd.AddFlags(fss.FlagSet("etcd"))
@@ -269,6 +272,7 @@ func (o CompletedOptions) Validate() error {
 	if o.SecureServing.BindPort == 0 && o.SecureServing.Listener == nil {
 		errs = append(errs, errors.New("--secure-port must be between 1 and 65535"))
 	}
+	errs = append(errs, o.AdmissionRelay.Validate(o.GenerateCerts)...)
 	errs = append(errs, o.ServerRun.Validate()...)
 	errs = append(errs, o.SecureServing.Validate()...)
 	errs = append(errs, o.etcdValidate()...)
