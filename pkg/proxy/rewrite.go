@@ -153,7 +153,14 @@ func (h *requestHandler) rewriteRequest(w http.ResponseWriter, out *http.Request
 	}
 	var crdName [2]string
 	if rq.Class == rewrite.Objects {
-		rq.Path, crdName = h.renameCRDInPath(rq.Path)
+		// pkg/rewrite renames a CRD named in the path; a Status about it still names it in
+		// target names (details.name), which the response side renames back.
+		if renamed, names := h.renameCRDInPath(h.innerPath); names[0] != "" {
+			crdName = names
+			if rq.Path == h.innerPath {
+				rq.Path = renamed
+			}
+		}
 	}
 	joined, err := JoinPath(h.target.Base.Path, rq.Path)
 	if err != nil {
@@ -362,7 +369,6 @@ const crdPathPrefix = "/apis/apiextensions.k8s.io/"
 
 // renameCRDInPath renames the CRD named in a path (<plural>.<group> of a renamed group) to
 // its target name, by asking the rules where the CRD's resource goes.
-// TODO(#15): pkg/rewrite's Request should do this itself; then this goes.
 // It returns the path and, if renamed, the CRD's target and presented name.
 func (h *requestHandler) renameCRDInPath(p string) (string, [2]string) {
 	rest, ok := strings.CutPrefix(p, crdPathPrefix)

@@ -33,6 +33,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
+	"github.com/kcp-dev/mount-apiserver/pkg/cmd/server/options"
 	"github.com/kcp-dev/mount-apiserver/test/integration/framework"
 )
 
@@ -173,8 +174,11 @@ func (h *recordingHop) requestsWith(re *regexp.Regexp) []string {
 	defer h.mu.Unlock()
 	var found []string
 	for _, r := range h.requests {
-		if re.MatchString(otherGroupsVM.ReplaceAllString(r, "")) {
-			found = append(found, r)
+		cleaned := otherGroupsVM.ReplaceAllString(r, "")
+		if loc := re.FindStringIndex(cleaned); loc != nil {
+			line, _, _ := strings.Cut(r, "\n")
+			from, to := max(loc[0]-150, 0), min(loc[1]+150, len(cleaned))
+			found = append(found, line+": ..."+cleaned[from:to]+"...")
 		}
 	}
 	return found
@@ -203,7 +207,7 @@ var presentedInRequests = regexp.MustCompile(`kubevirt\.io|"(VirtualMachine|Virt
 var targetInResponses = regexp.MustCompile(`(?i)x\.virtualization\.example\.org|prefixedvirtualmachine|"prefixedvm"`)
 
 // renamingEnv is a real target kube-apiserver behind a recording hop, mount-apiserver with a
-// renaming mount "vm" of it (the mount's own credentials), and a recording hop in front of
+// renaming mount "renamer" of it (the mount's own credentials), and a recording hop in front of
 // the mount's proxy for the clients (kubectl and client-go), which authenticates them as the
 // standalone admin.
 type renamingEnv struct {
@@ -219,6 +223,11 @@ type renamingEnv struct {
 
 func startRenamingEnv(ctx context.Context, t *testing.T) *renamingEnv {
 	t.Helper()
+	return startRenamingEnvWith(ctx, t, apiOnly)
+}
+
+func startRenamingEnvWith(ctx context.Context, t *testing.T, modify func(*options.Options)) *renamingEnv {
+	t.Helper()
 	target, err := framework.StartKubeAPIServer(ctx, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -226,7 +235,7 @@ func startRenamingEnv(ctx context.Context, t *testing.T) *renamingEnv {
 	t.Cleanup(target.Stop)
 	env := &renamingEnv{target: target, kubectlBin: realKubectl(t)}
 	env.targetHop = startRecordingHop(t, target.AdminConfig)
-	env.server = framework.StartInProcess(t, "", apiOnly)
+	env.server = framework.StartInProcess(t, "", modify)
 
 	kubeconfig, err := framework.KubeconfigBytes(&rest.Config{Host: env.targetHop.URL, BearerToken: "the-hop-drops-it", TLSClientConfig: rest.TLSClientConfig{CAData: env.targetHop.CA}})
 	if err != nil {
@@ -239,7 +248,7 @@ func startRenamingEnv(ctx context.Context, t *testing.T) *renamingEnv {
 	if _, err := core.CoreV1().Secrets("clusters").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "target"}, Data: map[string][]byte{"kubeconfig": kubeconfig}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	m := &v1alpha1.Mount{ObjectMeta: metav1.ObjectMeta{Name: "vm"}, Spec: v1alpha1.MountSpec{
+	m := &v1alpha1.Mount{ObjectMeta: metav1.ObjectMeta{Name: "renamer"}, Spec: v1alpha1.MountSpec{
 		Ref:      v1alpha1.ObjectReference{Namespace: "clusters", Name: "target"},
 		Identity: v1alpha1.MountIdentity{Mode: v1alpha1.IdentityModeMountCredentials},
 		Rewrites: renamingMountSpec(),
@@ -250,7 +259,7 @@ func startRenamingEnv(ctx context.Context, t *testing.T) *renamingEnv {
 
 	env.clientHop = startRecordingHop(t, env.server.Config)
 	env.mountConfig = &rest.Config{
-		Host:            env.clientHop.URL + "/apis/mounts.kcp.io/v1alpha1/mounts/vm/proxy",
+		Host:            env.clientHop.URL + "/apis/mounts.kcp.io/v1alpha1/mounts/renamer/proxy",
 		BearerToken:     "the-hop-drops-it",
 		TLSClientConfig: rest.TLSClientConfig{CAData: env.clientHop.CA},
 		QPS:             1000,
