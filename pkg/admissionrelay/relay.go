@@ -12,13 +12,13 @@ import (
 	"net/url"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/admissionrelay/record"
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
 	"github.com/kcp-dev/mount-apiserver/pkg/proxy"
+	"github.com/kcp-dev/mount-apiserver/pkg/targetpolicy"
 )
 
 // maxBodyBytes bounds an AdmissionReview and a webhook's answer: kube-apiserver's request
@@ -95,7 +95,7 @@ func (r *Relay) relay(ctx context.Context, hook record.Hook, body []byte) ([]byt
 	}
 	client, err := r.Proxier.WebhookClient(cc.CABundle, *cc.URL)
 	if err != nil {
-		return nil, http.StatusBadGateway, fmt.Errorf("webhook %q: %w", hook.Webhook, err)
+		return nil, http.StatusBadGateway, fmt.Errorf("webhook %q cannot be reached: %s", hook.Webhook, reachError(err))
 	}
 	ctx, cancel := context.WithTimeout(ctx, webhookTimeout)
 	defer cancel()
@@ -164,7 +164,7 @@ func reachError(err error) string {
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
 		return "timed out"
-	case apierrors.IsForbidden(err):
+	case errors.Is(err, targetpolicy.ErrNotAllowed):
 		return "the target policy refuses it"
 	}
 	return "cannot connect, or its certificate does not verify"

@@ -276,6 +276,16 @@ func startRenamingEnvWith(ctx context.Context, t *testing.T, modify func(*option
 	return env
 }
 
+// mountUID reads the renaming mount's UID.
+func (e *renamingEnv) mountUID(ctx context.Context, t *testing.T) types.UID {
+	t.Helper()
+	m, err := e.server.Client.MountsV1alpha1().Mounts().Get(ctx, "renamer", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m.UID
+}
+
 // kubectl runs kubectl through the mount (kubeconfig "") or with another kubeconfig.
 func (e *renamingEnv) kubectl(t *testing.T, kubeconfig, stdin string, env []string, args ...string) (string, error) {
 	t.Helper()

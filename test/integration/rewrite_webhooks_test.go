@@ -2,6 +2,8 @@ package integration
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
@@ -186,6 +188,54 @@ func TestRenamingMountWebhooks(t *testing.T) {
 		if m := targetInResponses.FindString(reviews); m != "" {
 			t.Errorf("the %s webhook saw a target name %q:\n%.2000s", name, m, reviews)
 		}
+	}
+
+	// Whoever reaches the relay needs the token of a configuration the mount wrote, and
+	// reaches only the webhooks it names.
+	relayURL := *stored.Webhooks[0].ClientConfig.URL
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(e.server.CAData)
+	relayClient := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	review := validating.all()
+	review, _, _ = strings.Cut(review, "\n")
+	for name, c := range map[string]struct {
+		method, url string
+		want        int
+	}{
+		"the stored URL":    {http.MethodPost, relayURL, http.StatusOK},
+		"GET":               {http.MethodGet, relayURL, http.StatusMethodNotAllowed},
+		"another token":     {http.MethodPost, relayURL[:strings.LastIndex(relayURL, "/")+1] + "forged", http.StatusForbidden},
+		"another webhook":   {http.MethodPost, strings.Replace(relayURL, "/cpus.vms.example.com/", "/label.vms.example.com/", 1), http.StatusForbidden},
+		"another mount UID": {http.MethodPost, strings.Replace(relayURL, string(e.mountUID(ctx, t)), "00000000-0000-0000-0000-000000000000", 1), http.StatusNotFound},
+		"not a relay path":  {http.MethodPost, relayURL + "/more", http.StatusNotFound},
+	} {
+		req, _ := http.NewRequestWithContext(ctx, c.method, c.url, strings.NewReader(review))
+		res, err := relayClient.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		_ = res.Body.Close()
+		if res.StatusCode != c.want {
+			t.Errorf("relay call with %s: %d %s, want %d", name, res.StatusCode, body, c.want)
+		}
+	}
+
+	// A relay record the caller writes is replaced by the proxy's own.
+	forged := &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "forged", Annotations: map[string]string{"mounts.kcp.io/admission-relay": `{"token":"known","webhooks":{"x.vms.example.com":{"url":"https://169.254.169.254/"}}}`}},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{Name: "x.vms.example.com", ClientConfig: clientConfig(validating, "/validate"), Rules: rules,
+			SideEffects: ptr.To(admissionregistrationv1.SideEffectClassNone), AdmissionReviewVersions: []string{"v1"}, FailurePolicy: ptr.To(admissionregistrationv1.Ignore)}},
+	}
+	if _, err := core.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, forged, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	storedForged, err := e.target.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "forged", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := storedForged.Annotations["mounts.kcp.io/admission-relay"]; strings.Contains(a, "known") || strings.Contains(a, "169.254") || !strings.Contains(a, validating.URL) {
+		t.Errorf("the caller's relay record was kept: %s", a)
 	}
 
 	// Webhook configurations are written whole through a renaming mount.
