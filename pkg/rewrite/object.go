@@ -349,6 +349,13 @@ func (r *Rules) statusEdits(d direction, e *editor, doc gjson.Result) {
 			}
 		}
 	}
+	if g.Str == "apiextensions.k8s.io" && det.Get("kind").Str == "customresourcedefinitions" {
+		if n := det.Get("name"); n.Type == gjson.String {
+			if nn, ok := r.crdName(d, n.Str); ok {
+				e.setString(n, nn)
+			}
+		}
+	}
 	if msg := doc.Get("message"); msg.Type == gjson.String {
 		if nm, ok := r.message(d, msg.Str); ok {
 			e.setString(msg, nm)

@@ -139,6 +139,11 @@ func TestResponseObjects(t *testing.T) {
 			},
 		},
 		{
+			name: "crd not found", path: "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/virtualmachines.kubevirt.io", roundTrip: true,
+			file: "status-crd-notfound.json",
+			want: map[string]string{"details.name": "virtualmachines.kubevirt.io", "message": `customresourcedefinitions.apiextensions.k8s.io "virtualmachines.kubevirt.io" not found`},
+		},
+		{
 			name: "crd", path: "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/virtualmachines.kubevirt.io", file: "crd.json", roundTrip: true,
 			want: map[string]string{
 				"metadata.name": "virtualmachines.kubevirt.io", "spec.group": "kubevirt.io",
