@@ -165,7 +165,7 @@ type streamReader struct {
 	out   []byte // rewritten bytes not read yet
 	off   int
 	err   error
-	state int // 0 start, 1 members, 2 array elements, 3 after the object
+	state int  // 0 start, 1 members, 2 array elements, 3 after the object
 	first bool // no element of the array read yet
 	// emitted is true once an element of the array is written.
 	emitted bool
