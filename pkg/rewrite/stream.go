@@ -81,18 +81,30 @@ func (s *scanner) value(buf []byte) ([]byte, error) {
 			}
 			chunk, _ := s.r.Peek(s.r.Buffered())
 			end := -1
-			for i, c := range chunk {
+			for i := 0; i < len(chunk); i++ {
+				c := chunk[i]
 				if inString {
-					switch {
-					case escaped:
+					if escaped {
 						escaped = false
-					case c == '\\':
+						continue
+					}
+					// Skip to the next quote or backslash.
+					j := bytes.IndexByte(chunk[i:], '"')
+					if j < 0 {
+						j = len(chunk) - i
+					}
+					if b := bytes.IndexByte(chunk[i:i+j], '\\'); b >= 0 {
+						i += b
 						escaped = true
-					case c == '"':
-						inString = false
-						if depth == 0 {
-							end = i + 1
-						}
+						continue
+					}
+					i += j
+					if i == len(chunk) {
+						break
+					}
+					inString = false
+					if depth == 0 {
+						end = i + 1
 					}
 				} else {
 					switch c {
