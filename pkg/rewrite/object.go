@@ -141,7 +141,7 @@ func (r *Rules) object(d direction, data []byte, hint typeHint) ([]byte, error) 
 // objectEdits collects the edits of the object doc.
 func (r *Rules) objectEdits(d direction, e *editor, doc gjson.Result, hint typeHint) {
 	// One pass over the members: an object is scanned once, not once per name.
-	var av, k, meta, typ, obj, rows, items gjson.Result
+	var av, k, meta, typ, obj, rows, items, spec gjson.Result
 	members := 0
 	doc.ForEach(func(key, v gjson.Result) bool {
 		members++
@@ -160,6 +160,8 @@ func (r *Rules) objectEdits(d direction, e *editor, doc gjson.Result, hint typeH
 			rows = v
 		case "items":
 			items = v
+		case "spec":
+			spec = v
 		}
 		return true
 	})
@@ -218,7 +220,51 @@ func (r *Rules) objectEdits(d direction, e *editor, doc gjson.Result, hint typeH
 			}
 		}
 	}
+	if spec.IsObject() && len(r.prefixes) > 0 && r.mentionsString(d, spec.Raw) {
+		r.templateEdits(d, e, spec)
+	}
 	r.referenceEdits(d, e, doc, group, kind)
+}
+
+// templateEdits renames label and annotation keys where objects of any kind keep them for
+// other objects, so that what a controller creates matches what the client selects: pod
+// templates (spec.template.metadata, spec.jobTemplate.spec.template.metadata), selectors
+// (spec.selector as a label selector or, in Services, a map of labels; a job template's).
+func (r *Rules) templateEdits(d direction, e *editor, spec gjson.Result) {
+	for _, p := range []string{"template.metadata", "jobTemplate.spec.template.metadata"} {
+		if m := spec.Get(p); m.IsObject() {
+			for _, f := range []string{"labels", "annotations"} {
+				if v := m.Get(f); v.IsObject() {
+					if raw, ok := renameKeys(v, func(k string) (string, bool) { return r.key(d, k) }); ok {
+						e.setRaw(v, raw)
+					}
+				}
+			}
+		}
+	}
+	for _, p := range []string{"selector", "jobTemplate.spec.selector"} {
+		sel := spec.Get(p)
+		if !sel.IsObject() {
+			continue
+		}
+		ml, me := sel.Get("matchLabels"), sel.Get("matchExpressions")
+		if !ml.Exists() && !me.Exists() {
+			ml = sel // a Service's selector is the map itself
+		}
+		if ml.IsObject() {
+			if raw, ok := renameKeys(ml, func(k string) (string, bool) { return r.key(d, k) }); ok {
+				e.setRaw(ml, raw)
+			}
+		}
+		me.ForEach(func(_, x gjson.Result) bool {
+			if k := x.Get("key"); k.Type == gjson.String {
+				if nk, ok := r.key(d, k.Str); ok {
+					e.setString(k, nk)
+				}
+			}
+			return true
+		})
+	}
 }
 
 // lastApplied is the annotation in which kubectl keeps the object it last applied.
