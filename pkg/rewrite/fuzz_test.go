@@ -87,11 +87,21 @@ func fuzzRules(c *chooser) *mounts.MountRewrites {
 type side struct {
 	groups    []string // renamed groups of this side
 	kindOf    func(group, kind string) string
+	resOf     func(group, resource string) string
 	keyPrefix []string
 }
 
 func sides(in *mounts.MountRewrites) (presented, target side) {
 	presented.kindOf = func(_, k string) string { return k }
+	presented.resOf = func(_, r string) string { return r }
+	target.resOf = func(g, res string) string {
+		for _, r := range in.Groups {
+			if r.Target == g {
+				return strings.ToLower(r.KindPrefix) + res
+			}
+		}
+		return res
+	}
 	target.kindOf = func(g, k string) string {
 		for _, r := range in.Groups {
 			if r.Target == g {
@@ -184,6 +194,46 @@ func fuzzObject(c *chooser, s side) (map[string]any, string) {
 	return obj, apiVersion
 }
 
+// fuzzReference draws an object of another group that names groups, resources and kinds of
+// one side: a CRD, a ClusterRole or an Event. It returns the object and its path.
+func fuzzReference(c *chooser, s side) (map[string]any, string) {
+	g := c.pick(otherGroups)
+	if len(s.groups) > 0 && c.n(3) != 0 {
+		g = c.pick(s.groups)
+	}
+	kind := c.pick(kinds)
+	plural := strings.ToLower(kind) + "s"
+	short := strings.ToLower(kind)[:2]
+	kk, res := kind, plural
+	if contains(s.groups, g) {
+		kk, res, short = s.kindOf(g, kind), s.resOf(g, plural), s.resOf(g, short)
+	}
+	switch c.n(3) {
+	case 0:
+		if g == "" {
+			g = "example.net"
+		}
+		names := map[string]any{"kind": kk, "listKind": kk + "List", "plural": res, "singular": strings.TrimSuffix(res, "s"),
+			"shortNames": []any{short}, "categories": []any{"all"}}
+		return map[string]any{"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+			"metadata": map[string]any{"name": res + "." + g},
+			"spec":     map[string]any{"group": g, "names": names, "scope": "Namespaced"},
+			"status":   map[string]any{"acceptedNames": names}}, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+	case 1:
+		return map[string]any{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": map[string]any{"name": "r"},
+			"rules": []any{
+				map[string]any{"apiGroups": []any{g}, "resources": []any{res, res + "/status", "*"}, "verbs": []any{"get"}},
+				map[string]any{"apiGroups": []any{""}, "resources": []any{"pods"}, "verbs": []any{"*"}},
+			}}, "/apis/rbac.authorization.k8s.io/v1/clusterroles"
+	}
+	av := "v1"
+	if g != "" {
+		av = g + "/v1"
+	}
+	return map[string]any{"apiVersion": "v1", "kind": "Event", "metadata": map[string]any{"name": "e", "namespace": "default"},
+		"involvedObject": map[string]any{"apiVersion": av, "kind": kk, "name": "o"}, "reason": "R"}, "/api/v1/namespaces/default/events"
+}
+
 func mustJSON(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
@@ -228,6 +278,10 @@ func roundTrip(t *testing.T, data []byte) {
 		s = target
 	}
 	obj, apiVersion := fuzzObject(c, s)
+	path := pathFor(in, apiVersion, fromPresented)
+	if c.n(2) == 0 {
+		obj, path = fuzzReference(c, s)
+	}
 	orig, _ := json.Marshal(obj)
 	// Lists and watch events go the same way.
 	switch c.n(3) {
@@ -237,7 +291,7 @@ func roundTrip(t *testing.T, data []byte) {
 		orig = []byte(`{"type":"MODIFIED","object":` + string(orig) + `}`)
 	}
 
-	q, err := r.Request("GET", pathFor(in, apiVersion, fromPresented), nil)
+	q, err := r.Request("GET", path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
