@@ -339,6 +339,73 @@ func FuzzRoundTrip(f *testing.F) {
 	})
 }
 
+// FuzzJSONPatchRoundTrip: a JSON patch of a renamed group's object (label, annotation and
+// finalizer paths and values, apiVersion, kind, owner references, whole maps, other values),
+// rewritten to the target and back, is the original.
+func FuzzJSONPatchRoundTrip(f *testing.F) {
+	f.Add([]byte{})
+	f.Add([]byte{1, 0, 0, 0, 5, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1, 2, 3, 4, 5, 6, 7, 8})
+	f.Add(bytes.Repeat([]byte{3, 1, 4, 1, 5, 9, 2, 6}, 10))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c := &chooser{b: data}
+		in := fuzzRules(c)
+		r, err := Compile(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		presented, _ := sides(in)
+		g := in.Groups[c.n(len(in.Groups))].Presented
+		key := func() string {
+			if len(presented.keyPrefix) > 0 && c.n(2) == 0 {
+				return c.pick(presented.keyPrefix) + "k"
+			}
+			return c.pick(otherKeys)
+		}
+		esc := func(s string) string { return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1") }
+		var ops []any
+		for i, n := 0, 1+c.n(6); i < n; i++ {
+			op := map[string]any{"op": c.pick([]string{"add", "replace", "remove", "test", "move", "copy"})}
+			switch c.n(8) {
+			case 0:
+				op["path"], op["value"] = "/metadata/labels/"+esc(key()), c.pick(values)
+			case 1:
+				op["path"], op["from"] = "/metadata/annotations/"+esc(key()), "/metadata/annotations/"+esc(key())
+			case 2:
+				op["path"], op["value"] = "/metadata/finalizers/"+fmt.Sprint(c.n(3)), key()
+			case 3:
+				op["path"], op["value"] = "/apiVersion", g+"/v1"
+			case 4:
+				op["path"], op["value"] = "/kind", c.pick(kinds)
+			case 5:
+				op["path"], op["value"] = "/metadata/ownerReferences/0", map[string]any{"apiVersion": g + "/v1", "kind": c.pick(kinds), "name": "o", "uid": "1"}
+			case 6:
+				op["path"], op["value"] = "/metadata/labels", map[string]any{key(): "a", key(): "b"}
+			default:
+				op["path"], op["value"] = "/spec/"+esc(key()), c.pick(values)
+			}
+			ops = append(ops, op)
+		}
+		orig, _ := json.Marshal(ops)
+		q, err := r.Request("PATCH", "/apis/"+g+"/v1/namespaces/default/things/x", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		there, err := q.Body("application/json-patch+json", orig)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, orig)
+		}
+		back, err := r.jsonPatch(toPresented, there, q.rule)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, there)
+		}
+		var a, b any
+		_ = json.Unmarshal(orig, &a)
+		if err := json.Unmarshal(back, &b); err != nil || !reflect.DeepEqual(a, b) {
+			t.Fatalf("round trip differs (rules %+v):\norig  %s\nthere %s\nback  %s", *in, orig, there, back)
+		}
+	})
+}
+
 // FuzzResponse: any bytes as a response (object, list or watch stream) never panic, and a
 // rewritten JSON object stays JSON.
 func FuzzResponse(f *testing.F) {
