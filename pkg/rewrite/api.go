@@ -36,13 +36,17 @@ func isJSON(mt string) bool {
 
 // Response returns the response body rewritten target -> presented. Lists and Tables are
 // rewritten item by item and watch streams frame by frame, so memory stays bounded; errors in
-// the stream surface as read errors. Bodies that are not JSON pass as they are.
+// the stream surface as read errors. Bodies that are not JSON pass as they are; discovery and
+// OpenAPI documents are recognized as JSON by their content (kube-apiserver serves the
+// OpenAPI v3 index as text/plain).
 func (q Request) Response(contentType string, in io.Reader) io.Reader {
 	if !q.Class.Rewrites() {
 		return in
 	}
-	mt := mediaType(contentType)
-	if !isJSON(mt) {
+	if q.Class == Discovery || q.Class == OpenAPI {
+		return q.response(in)
+	}
+	if !isJSON(mediaType(contentType)) {
 		return in
 	}
 	return q.response(in)

@@ -114,9 +114,7 @@ func (r *Rules) jsonPatch(d direction, body []byte, rule *groupRule) ([]byte, er
 	if !doc.IsArray() || !gjson.ValidBytes(body) {
 		return nil, fmt.Errorf("JSON patch must be a JSON array of operations")
 	}
-	if !r.mentions(d, body) {
-		return body, nil
-	}
+	// No shortcut by mentions: pointers escape the '/' of key prefixes as "~1".
 	e := &editor{data: body}
 	doc.ForEach(func(i, op gjson.Result) bool {
 		if !op.IsObject() {
@@ -138,6 +136,13 @@ func (r *Rules) jsonPatch(d direction, body []byte, rule *groupRule) ([]byte, er
 		segs := splitPointer(path)
 		switch {
 		case len(segs) == 1 && segs[0] == "apiVersion" && v.Type == gjson.String:
+			if g, ver, ok := strings.Cut(v.Str, "/"); ok && rule != nil {
+				// The request's rename decides, also for a target group that several share.
+				if from, to := rule.side(d); g == from {
+					e.setString(v, to+"/"+ver)
+					break
+				}
+			}
 			if na, _, ok := r.gvk(d, v.Str, ""); ok {
 				e.setString(v, na)
 			}

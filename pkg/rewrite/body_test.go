@@ -77,6 +77,16 @@ func TestBody(t *testing.T) {
 			want: `{"kind":"SelfSubjectAccessReview","apiVersion":"authorization.k8s.io/v1","spec":{"resourceAttributes":{"group":"x.virtualization.deckhouse.io","resource":"prefixedvirtualmachines","verb":"list"}}}`,
 		},
 		{
+			name: "deployment templates and selectors", path: "/apis/apps/v1/namespaces/default/deployments", contentType: "application/json",
+			body: `{"kind":"Deployment","apiVersion":"apps/v1","metadata":{"name":"d"},"spec":{"selector":{"matchLabels":{"kubevirt.io/app":"a"},"matchExpressions":[{"key":"kubevirt.io/tier","operator":"Exists"}]},"template":{"metadata":{"labels":{"kubevirt.io/app":"a"},"annotations":{"kubevirt.io/n":"1"}},"spec":{"containers":[]}}}}`,
+			want: `{"kind":"Deployment","apiVersion":"apps/v1","metadata":{"name":"d"},"spec":{"selector":{"matchLabels":{"x.virtualization.deckhouse.io/app":"a"},"matchExpressions":[{"key":"x.virtualization.deckhouse.io/tier","operator":"Exists"}]},"template":{"metadata":{"labels":{"x.virtualization.deckhouse.io/app":"a"},"annotations":{"x.virtualization.deckhouse.io/n":"1"}},"spec":{"containers":[]}}}}`,
+		},
+		{
+			name: "service selector", path: "/api/v1/namespaces/default/services", contentType: "application/json",
+			body: `{"kind":"Service","apiVersion":"v1","metadata":{"name":"s"},"spec":{"selector":{"kubevirt.io/domain":"vm1"},"ports":[{"port":80}]}}`,
+			want: `{"kind":"Service","apiVersion":"v1","metadata":{"name":"s"},"spec":{"selector":{"x.virtualization.deckhouse.io/domain":"vm1"},"ports":[{"port":80}]}}`,
+		},
+		{
 			name: "untouched object", path: "/api/v1/namespaces/default/configmaps", contentType: "application/json",
 			body: `{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"c"},"data":{"kubevirt.io/x":"kubevirt.io/v1"}}`,
 			want: `{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"c"},"data":{"kubevirt.io/x":"kubevirt.io/v1"}}`,

@@ -1,6 +1,8 @@
 package rewrite
 
 import (
+	"bytes"
+	"io"
 	"strings"
 	"testing"
 
@@ -130,6 +132,14 @@ func TestOpenAPI(t *testing.T) {
 	if want := gjson.GetBytes(sample(t, "openapi-v3-index.json"), `paths.apis/x\.virtualization\.deckhouse\.io/v1.serverRelativeURL`).String(); !strings.HasSuffix(want, strings.TrimPrefix(get(t, out, `paths.apis/kubevirt\.io/v1.serverRelativeURL`), "/openapi/v3/apis/kubevirt.io/v1")) {
 		t.Fatalf("hash of the target's document lost")
 	}
+
+	// kube-apiserver serves the index as text/plain.
+	q, _ := r.Request("GET", "/openapi/v3", nil)
+	plain, err := io.ReadAll(q.Response("text/plain; charset=utf-8", bytes.NewReader(sample(t, "openapi-v3-index.json"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	jsonEqual(t, plain, out)
 
 	out = respond(t, r, "/openapi/v3/apis/kubevirt.io/v1", nil, sample(t, "openapi-v3-group.json"))
 	noTargetNames(t, out)

@@ -87,11 +87,21 @@ func fuzzRules(c *chooser) *mounts.MountRewrites {
 type side struct {
 	groups    []string // renamed groups of this side
 	kindOf    func(group, kind string) string
+	resOf     func(group, resource string) string
 	keyPrefix []string
 }
 
 func sides(in *mounts.MountRewrites) (presented, target side) {
 	presented.kindOf = func(_, k string) string { return k }
+	presented.resOf = func(_, r string) string { return r }
+	target.resOf = func(g, res string) string {
+		for _, r := range in.Groups {
+			if r.Target == g {
+				return strings.ToLower(r.KindPrefix) + res
+			}
+		}
+		return res
+	}
 	target.kindOf = func(g, k string) string {
 		for _, r := range in.Groups {
 			if r.Target == g {
@@ -184,6 +194,46 @@ func fuzzObject(c *chooser, s side) (map[string]any, string) {
 	return obj, apiVersion
 }
 
+// fuzzReference draws an object of another group that names groups, resources and kinds of
+// one side: a CRD, a ClusterRole or an Event. It returns the object and its path.
+func fuzzReference(c *chooser, s side) (map[string]any, string) {
+	g := c.pick(otherGroups)
+	if len(s.groups) > 0 && c.n(3) != 0 {
+		g = c.pick(s.groups)
+	}
+	kind := c.pick(kinds)
+	plural := strings.ToLower(kind) + "s"
+	short := strings.ToLower(kind)[:2]
+	kk, res := kind, plural
+	if contains(s.groups, g) {
+		kk, res, short = s.kindOf(g, kind), s.resOf(g, plural), s.resOf(g, short)
+	}
+	switch c.n(3) {
+	case 0:
+		if g == "" {
+			g = "example.net"
+		}
+		names := map[string]any{"kind": kk, "listKind": kk + "List", "plural": res, "singular": strings.TrimSuffix(res, "s"),
+			"shortNames": []any{short}, "categories": []any{"all"}}
+		return map[string]any{"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+			"metadata": map[string]any{"name": res + "." + g},
+			"spec":     map[string]any{"group": g, "names": names, "scope": "Namespaced"},
+			"status":   map[string]any{"acceptedNames": names}}, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+	case 1:
+		return map[string]any{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": map[string]any{"name": "r"},
+			"rules": []any{
+				map[string]any{"apiGroups": []any{g}, "resources": []any{res, res + "/status", "*"}, "verbs": []any{"get"}},
+				map[string]any{"apiGroups": []any{""}, "resources": []any{"pods"}, "verbs": []any{"*"}},
+			}}, "/apis/rbac.authorization.k8s.io/v1/clusterroles"
+	}
+	av := "v1"
+	if g != "" {
+		av = g + "/v1"
+	}
+	return map[string]any{"apiVersion": "v1", "kind": "Event", "metadata": map[string]any{"name": "e", "namespace": "default"},
+		"involvedObject": map[string]any{"apiVersion": av, "kind": kk, "name": "o"}, "reason": "R"}, "/api/v1/namespaces/default/events"
+}
+
 func mustJSON(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
@@ -228,6 +278,10 @@ func roundTrip(t *testing.T, data []byte) {
 		s = target
 	}
 	obj, apiVersion := fuzzObject(c, s)
+	path := pathFor(in, apiVersion, fromPresented)
+	if c.n(2) == 0 {
+		obj, path = fuzzReference(c, s)
+	}
 	orig, _ := json.Marshal(obj)
 	// Lists and watch events go the same way.
 	switch c.n(3) {
@@ -237,7 +291,7 @@ func roundTrip(t *testing.T, data []byte) {
 		orig = []byte(`{"type":"MODIFIED","object":` + string(orig) + `}`)
 	}
 
-	q, err := r.Request("GET", pathFor(in, apiVersion, fromPresented), nil)
+	q, err := r.Request("GET", path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,6 +336,73 @@ func FuzzRoundTrip(f *testing.F) {
 	f.Add(bytes.Repeat([]byte{1, 2, 3, 0}, 40))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		roundTrip(t, data)
+	})
+}
+
+// FuzzJSONPatchRoundTrip: a JSON patch of a renamed group's object (label, annotation and
+// finalizer paths and values, apiVersion, kind, owner references, whole maps, other values),
+// rewritten to the target and back, is the original.
+func FuzzJSONPatchRoundTrip(f *testing.F) {
+	f.Add([]byte{})
+	f.Add([]byte{1, 0, 0, 0, 5, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1, 2, 3, 4, 5, 6, 7, 8})
+	f.Add(bytes.Repeat([]byte{3, 1, 4, 1, 5, 9, 2, 6}, 10))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c := &chooser{b: data}
+		in := fuzzRules(c)
+		r, err := Compile(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		presented, _ := sides(in)
+		g := in.Groups[c.n(len(in.Groups))].Presented
+		key := func() string {
+			if len(presented.keyPrefix) > 0 && c.n(2) == 0 {
+				return c.pick(presented.keyPrefix) + "k"
+			}
+			return c.pick(otherKeys)
+		}
+		esc := func(s string) string { return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1") }
+		var ops []any
+		for i, n := 0, 1+c.n(6); i < n; i++ {
+			op := map[string]any{"op": c.pick([]string{"add", "replace", "remove", "test", "move", "copy"})}
+			switch c.n(8) {
+			case 0:
+				op["path"], op["value"] = "/metadata/labels/"+esc(key()), c.pick(values)
+			case 1:
+				op["path"], op["from"] = "/metadata/annotations/"+esc(key()), "/metadata/annotations/"+esc(key())
+			case 2:
+				op["path"], op["value"] = "/metadata/finalizers/"+fmt.Sprint(c.n(3)), key()
+			case 3:
+				op["path"], op["value"] = "/apiVersion", g+"/v1"
+			case 4:
+				op["path"], op["value"] = "/kind", c.pick(kinds)
+			case 5:
+				op["path"], op["value"] = "/metadata/ownerReferences/0", map[string]any{"apiVersion": g + "/v1", "kind": c.pick(kinds), "name": "o", "uid": "1"}
+			case 6:
+				op["path"], op["value"] = "/metadata/labels", map[string]any{key(): "a", key(): "b"}
+			default:
+				op["path"], op["value"] = "/spec/"+esc(key()), c.pick(values)
+			}
+			ops = append(ops, op)
+		}
+		orig, _ := json.Marshal(ops)
+		q, err := r.Request("PATCH", "/apis/"+g+"/v1/namespaces/default/things/x", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		there, err := q.Body("application/json-patch+json", orig)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, orig)
+		}
+		back, err := r.jsonPatch(toPresented, there, q.rule)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, there)
+		}
+		var a, b any
+		_ = json.Unmarshal(orig, &a)
+		if err := json.Unmarshal(back, &b); err != nil || !reflect.DeepEqual(a, b) {
+			t.Fatalf("round trip differs (rules %+v):\norig  %s\nthere %s\nback  %s", *in, orig, there, back)
+		}
 	})
 }
 

@@ -76,6 +76,27 @@ func (e *editor) bytes() ([]byte, error) {
 	return append(out, e.data[last:]...), nil
 }
 
+// writeQuoted writes s as a JSON string.
+func writeQuoted(b *strings.Builder, s string) {
+	if plainString(s) {
+		b.WriteByte('"')
+		b.WriteString(s)
+		b.WriteByte('"')
+		return
+	}
+	b.WriteString(quote(s))
+}
+
+// plainString reports whether s needs no escapes in JSON.
+func plainString(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
 // quote returns s as a JSON string.
 func quote(s string) string {
 	plain := true
@@ -120,7 +141,7 @@ func (r *Rules) object(d direction, data []byte, hint typeHint) ([]byte, error) 
 // objectEdits collects the edits of the object doc.
 func (r *Rules) objectEdits(d direction, e *editor, doc gjson.Result, hint typeHint) {
 	// One pass over the members: an object is scanned once, not once per name.
-	var av, k, meta, typ, obj, rows, items gjson.Result
+	var av, k, meta, typ, obj, rows, items, spec gjson.Result
 	members := 0
 	doc.ForEach(func(key, v gjson.Result) bool {
 		members++
@@ -139,6 +160,8 @@ func (r *Rules) objectEdits(d direction, e *editor, doc gjson.Result, hint typeH
 			rows = v
 		case "items":
 			items = v
+		case "spec":
+			spec = v
 		}
 		return true
 	})
@@ -197,7 +220,51 @@ func (r *Rules) objectEdits(d direction, e *editor, doc gjson.Result, hint typeH
 			}
 		}
 	}
+	if spec.IsObject() && len(r.prefixes) > 0 && r.mentionsString(d, spec.Raw) {
+		r.templateEdits(d, e, spec)
+	}
 	r.referenceEdits(d, e, doc, group, kind)
+}
+
+// templateEdits renames label and annotation keys where objects of any kind keep them for
+// other objects, so that what a controller creates matches what the client selects: pod
+// templates (spec.template.metadata, spec.jobTemplate.spec.template.metadata), selectors
+// (spec.selector as a label selector or, in Services, a map of labels; a job template's).
+func (r *Rules) templateEdits(d direction, e *editor, spec gjson.Result) {
+	for _, p := range []string{"template.metadata", "jobTemplate.spec.template.metadata"} {
+		if m := spec.Get(p); m.IsObject() {
+			for _, f := range []string{"labels", "annotations"} {
+				if v := m.Get(f); v.IsObject() {
+					if raw, ok := renameKeys(v, func(k string) (string, bool) { return r.key(d, k) }); ok {
+						e.setRaw(v, raw)
+					}
+				}
+			}
+		}
+	}
+	for _, p := range []string{"selector", "jobTemplate.spec.selector"} {
+		sel := spec.Get(p)
+		if !sel.IsObject() {
+			continue
+		}
+		ml, me := sel.Get("matchLabels"), sel.Get("matchExpressions")
+		if !ml.Exists() && !me.Exists() {
+			ml = sel // a Service's selector is the map itself
+		}
+		if ml.IsObject() {
+			if raw, ok := renameKeys(ml, func(k string) (string, bool) { return r.key(d, k) }); ok {
+				e.setRaw(ml, raw)
+			}
+		}
+		me.ForEach(func(_, x gjson.Result) bool {
+			if k := x.Get("key"); k.Type == gjson.String {
+				if nk, ok := r.key(d, k.Str); ok {
+					e.setString(k, nk)
+				}
+			}
+			return true
+		})
+	}
 }
 
 // lastApplied is the annotation in which kubectl keeps the object it last applied.
@@ -222,37 +289,62 @@ func (r *Rules) rowEdits(d direction, e *editor, row gjson.Result, hint typeHint
 
 // metadataEdits renames label, annotation and finalizer keys, ownerReferences and managedFields.
 func (r *Rules) metadataEdits(d direction, e *editor, m gjson.Result, kind string) {
-	if v := m.Get("annotations"); v.IsObject() {
-		if raw, ok := r.annotations(d, v); ok {
-			e.setRaw(v, raw)
-		}
-	}
-	if len(r.prefixes) > 0 {
-		if v := m.Get("labels"); v.IsObject() {
-			if raw, ok := renameKeys(v, func(k string) (string, bool) { return r.key(d, k) }); ok {
-				e.setRaw(v, raw)
+	// One pass over the members; each is looked at only when it can hold a name.
+	m.ForEach(func(key, v gjson.Result) bool {
+		switch key.Str {
+		case "annotations":
+			if v.IsObject() && r.mentionsString(d, v.Raw) {
+				if raw, ok := r.annotations(d, v); ok {
+					e.setRaw(v, raw)
+				}
 			}
-		}
-		if v := m.Get("finalizers"); v.IsArray() {
-			if raw, ok := mapStrings(v, func(s string) (string, bool) { return r.key(d, s) }); ok {
-				e.setRaw(v, raw)
+		case "labels":
+			if len(r.prefixes) > 0 && v.IsObject() && r.mentionsString(d, v.Raw) {
+				if raw, ok := renameKeys(v, func(k string) (string, bool) { return r.key(d, k) }); ok {
+					e.setRaw(v, raw)
+				}
 			}
+		case "finalizers":
+			if len(r.prefixes) > 0 && v.IsArray() {
+				if raw, ok := mapStrings(v, func(s string) (string, bool) { return r.key(d, s) }); ok {
+					e.setRaw(v, raw)
+				}
+			}
+		case "ownerReferences":
+			v.ForEach(func(_, ref gjson.Result) bool {
+				r.gvkEdits(d, e, ref, "apiVersion", "kind")
+				return true
+			})
+		case "managedFields":
+			v.ForEach(func(_, mf gjson.Result) bool {
+				r.managedFieldsEdits(d, e, mf, kind)
+				return true
+			})
 		}
-	}
-	m.Get("ownerReferences").ForEach(func(_, ref gjson.Result) bool {
-		r.gvkEdits(d, e, ref, "apiVersion", "kind")
 		return true
 	})
-	m.Get("managedFields").ForEach(func(_, mf gjson.Result) bool {
-		if v := mf.Get("apiVersion"); v.Type == gjson.String {
-			if na, _, ok := r.gvk(d, v.Str, kind); ok {
-				e.setString(v, na)
+}
+
+// managedFieldsEdits renames one managedFields entry: apiVersion, and the label, annotation
+// and finalizer keys in its f:metadata.
+func (r *Rules) managedFieldsEdits(d direction, e *editor, mf gjson.Result, kind string) {
+	if !r.mentionsString(d, mf.Raw) {
+		return
+	}
+	mf.ForEach(func(key, v gjson.Result) bool {
+		switch key.Str {
+		case "apiVersion":
+			if v.Type == gjson.String {
+				if na, _, ok := r.gvk(d, v.Str, kind); ok {
+					e.setString(v, na)
+				}
 			}
-		}
-		if len(r.prefixes) > 0 {
-			if fm := mf.Get("fieldsV1.f:metadata"); fm.IsObject() {
-				if raw, ok := r.fieldsMetadata(d, fm); ok {
-					e.setRaw(fm, raw)
+		case "fieldsV1":
+			if len(r.prefixes) > 0 {
+				if fm := v.Get("f:metadata"); fm.IsObject() {
+					if raw, ok := r.fieldsMetadata(d, fm); ok {
+						e.setRaw(fm, raw)
+					}
 				}
 			}
 		}
@@ -275,8 +367,7 @@ func (r *Rules) fieldsMetadata(d direction, fm gjson.Result) (string, bool) {
 				if !ok {
 					return key, false
 				}
-				nk, ok := r.key(d, name)
-				return "f:" + nk, ok
+				return r.keyWithin(d, "f:", name)
 			}); ok {
 				raw, changed = nr, true
 			}
@@ -349,6 +440,13 @@ func (r *Rules) statusEdits(d direction, e *editor, doc gjson.Result) {
 			}
 		}
 	}
+	if g.Str == "apiextensions.k8s.io" && det.Get("kind").Str == "customresourcedefinitions" {
+		if n := det.Get("name"); n.Type == gjson.String {
+			if nn, ok := r.crdName(d, n.Str); ok {
+				e.setString(n, nn)
+			}
+		}
+	}
 	if msg := doc.Get("message"); msg.Type == gjson.String {
 		if nm, ok := r.message(d, msg.Str); ok {
 			e.setString(msg, nm)
@@ -368,7 +466,7 @@ func (r *Rules) statusEdits(d direction, e *editor, doc gjson.Result) {
 // and prefixed kinds in an error message. Words are separated by anything that cannot be part
 // of a name.
 func (r *Rules) message(d direction, msg string) (string, bool) {
-	if !r.mentions(d, []byte(msg)) {
+	if !r.mentionsString(d, msg) {
 		return msg, false
 	}
 	var b strings.Builder
@@ -453,7 +551,7 @@ func (r *Rules) annotations(d direction, obj gjson.Result) (string, bool) {
 			b.WriteString(k.Raw)
 		}
 		b.WriteByte(':')
-		if k.Str == lastApplied && v.Type == gjson.String && r.mentions(d, []byte(v.Str)) && gjson.Valid(v.Str) && gjson.Parse(v.Str).IsObject() {
+		if k.Str == lastApplied && v.Type == gjson.String && r.mentionsString(d, v.Str) && gjson.Valid(v.Str) && gjson.Parse(v.Str).IsObject() {
 			if nv, err := r.object(d, []byte(v.Str), typeHint{}); err == nil && string(nv) != v.Str {
 				changed = true
 				b.WriteString(quote(string(nv)))
@@ -481,7 +579,7 @@ func renameKeys(obj gjson.Result, f func(string) (string, bool)) (string, bool) 
 		first = false
 		if nk, ok := f(k.Str); ok && nk != k.Str {
 			changed = true
-			b.WriteString(quote(nk))
+			writeQuoted(&b, nk)
 		} else {
 			b.WriteString(k.Raw)
 		}

@@ -155,9 +155,20 @@ func (r *Rules) matchEdits(d direction, e *editor, m gjson.Result) {
 func (r *Rules) rulesEdits(d direction, e *editor, rules gjson.Result) {
 	rules.ForEach(func(_, rule gjson.Result) bool {
 		groups := rule.Get("apiGroups")
+		resources := rule.Get("resources")
+		// A target group that several rules share is told apart by the prefix of the
+		// resources the rule names.
+		firstResource := ""
+		resources.ForEach(func(_, res gjson.Result) bool {
+			if base, _, _ := strings.Cut(res.String(), "/"); base != "*" && base != "" {
+				firstResource = base
+				return false
+			}
+			return true
+		})
 		var renamed []string // the groups of this rule that are renamed, as they come
 		if raw, ok := mapStrings(groups, func(g string) (string, bool) {
-			if gr := r.ruleForGroup(d, g, "", ""); gr != nil {
+			if gr := r.ruleForGroup(d, g, "", firstResource); gr != nil {
 				renamed = append(renamed, g)
 				_, to := gr.side(d)
 				return to, true
@@ -169,7 +180,6 @@ func (r *Rules) rulesEdits(d direction, e *editor, rules gjson.Result) {
 		if len(renamed) == 0 {
 			return true
 		}
-		resources := rule.Get("resources")
 		if raw, ok := mapStrings(resources, func(res string) (string, bool) {
 			base, _, _ := strings.Cut(res, "/")
 			for _, g := range renamed {

@@ -139,6 +139,11 @@ func TestResponseObjects(t *testing.T) {
 			},
 		},
 		{
+			name: "crd not found", path: "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/virtualmachines.kubevirt.io", roundTrip: true,
+			file: "status-crd-notfound.json",
+			want: map[string]string{"details.name": "virtualmachines.kubevirt.io", "message": `customresourcedefinitions.apiextensions.k8s.io "virtualmachines.kubevirt.io" not found`},
+		},
+		{
 			name: "crd", path: "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/virtualmachines.kubevirt.io", file: "crd.json", roundTrip: true,
 			want: map[string]string{
 				"metadata.name": "virtualmachines.kubevirt.io", "spec.group": "kubevirt.io",
@@ -231,10 +236,38 @@ func TestResponseCRDTable(t *testing.T) {
 			t.Errorf("%s = %q, want %q", p, got, want)
 		}
 	}
+	// The target's own CRD of the presented group's name is not listed: it would be a second
+	// virtualmachines.kubevirt.io.
+	hidden := bytes.Replace(in, []byte(`"rows":[`), []byte(`"rows":[{"cells":["virtualmachines.kubevirt.io","2026-11-23T02:58:00Z"],"object":{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"name":"virtualmachines.kubevirt.io","uid":"3"}}},`), 1)
+	jsonEqual(t, respond(t, r, path, nil, hidden), out)
+
 	// And in a watch of Tables (kubectl get crd -w).
 	out = respond(t, r, path, url.Values{"watch": {"true"}}, append(append([]byte(`{"type":"ADDED","object":`), in...), '}', '\n'))
 	if got := get(t, out, "object.rows.0.cells.0"); got != "virtualmachines.kubevirt.io" {
 		t.Errorf("watch: %q", got)
+	}
+}
+
+func TestResponseCRDList(t *testing.T) {
+	r := kubevirtRules(t)
+	in := sample(t, "crdlist.json")
+	if n := gjson.GetBytes(in, "items.#").Int(); n != 2 {
+		t.Fatalf("%d CRDs in the sample", n)
+	}
+	out := respond(t, r, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", nil, in)
+	noTargetNames(t, out)
+	if n := gjson.GetBytes(out, "items.#").Int(); n != 1 || get(t, out, "items.0.metadata.name") != "virtualmachines.kubevirt.io" || get(t, out, "items.0.spec.names.shortNames.0") != "vm" {
+		t.Fatalf("%s", out)
+	}
+	// Nor in a watch.
+	var stream []byte
+	gjson.GetBytes(in, "items").ForEach(func(_, item gjson.Result) bool {
+		stream = append(stream, `{"type":"ADDED","object":`+string(compact(t, []byte(item.Raw)))+"}\n"...)
+		return true
+	})
+	out = respond(t, r, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", url.Values{"watch": {"true"}}, stream)
+	if lines := bytes.Split(bytes.TrimSpace(out), []byte("\n")); len(lines) != 1 || get(t, lines[0], "object.spec.group") != pGroup {
+		t.Fatalf("%s", out)
 	}
 }
 

@@ -91,7 +91,8 @@ type Rules struct {
 
 	// tokens are byte strings of which at least one occurs in any JSON that needs rewriting in
 	// that direction; a document without any (and without escapes) passes untouched.
-	tokens [2][][]byte
+	tokens       [2][][]byte
+	tokenStrings [2][]string
 }
 
 // Compile checks and compiles rewrite rules. Nil or empty rules compile to nil Rules. Rules
@@ -138,12 +139,17 @@ func Compile(in *mounts.MountRewrites) (*Rules, error) {
 	// Longest prefix first: the most specific rule wins.
 	sort.SliceStable(r.prefixes, func(i, j int) bool { return len(r.prefixes[i].presented) > len(r.prefixes[j].presented) })
 	for _, g := range r.groups {
-		r.tokens[toTarget] = append(r.tokens[toTarget], []byte(g.presented))
-		r.tokens[toPresented] = append(r.tokens[toPresented], []byte(g.target))
+		r.tokenStrings[toTarget] = append(r.tokenStrings[toTarget], g.presented)
+		r.tokenStrings[toPresented] = append(r.tokenStrings[toPresented], g.target)
 	}
 	for _, p := range r.prefixes {
-		r.tokens[toTarget] = append(r.tokens[toTarget], []byte(p.presented))
-		r.tokens[toPresented] = append(r.tokens[toPresented], []byte(p.target))
+		r.tokenStrings[toTarget] = append(r.tokenStrings[toTarget], p.presented)
+		r.tokenStrings[toPresented] = append(r.tokenStrings[toPresented], p.target)
+	}
+	for d, ts := range r.tokenStrings {
+		for _, t := range ts {
+			r.tokens[d] = append(r.tokens[d], []byte(t))
+		}
 	}
 	return r, nil
 }
@@ -159,6 +165,22 @@ func (r *Rules) mentions(d direction, data []byte) bool {
 	}
 	for _, t := range r.tokens[d] {
 		if bytes.Contains(data, t) {
+			return true
+		}
+	}
+	return false
+}
+
+// mentionsString is mentions for a string (a gjson result's raw JSON), without a copy.
+func (r *Rules) mentionsString(d direction, s string) bool {
+	if r == nil {
+		return false
+	}
+	if strings.IndexByte(s, '\\') >= 0 {
+		return true
+	}
+	for _, t := range r.tokenStrings[d] {
+		if strings.Contains(s, t) {
 			return true
 		}
 	}
@@ -221,8 +243,13 @@ func (r *Rules) groupResource(d direction, group, resource string) (string, stri
 
 // key renames a label, annotation or finalizer key by the longest matching prefix.
 func (r *Rules) key(d direction, k string) (string, bool) {
+	return r.keyWithin(d, "", k)
+}
+
+// keyWithin renames the key in pre+k (managedFields write "f:<key>"), in one allocation.
+func (r *Rules) keyWithin(d direction, pre, k string) (string, bool) {
 	if r == nil {
-		return k, false
+		return pre + k, false
 	}
 	best := -1
 	for i, p := range r.prefixes {
@@ -235,13 +262,13 @@ func (r *Rules) key(d direction, k string) (string, bool) {
 		}
 	}
 	if best < 0 {
-		return k, false
+		return pre + k, false
 	}
 	p := r.prefixes[best]
 	if d == toTarget {
-		return p.target + k[len(p.presented):], true
+		return pre + p.target + k[len(p.presented):], true
 	}
-	return p.presented + k[len(p.target):], true
+	return pre + p.presented + k[len(p.target):], true
 }
 
 func (r *Rules) prefixFrom(d direction, i int) string {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/tidwall/gjson"
 )
@@ -80,18 +81,30 @@ func (s *scanner) value(buf []byte) ([]byte, error) {
 			}
 			chunk, _ := s.r.Peek(s.r.Buffered())
 			end := -1
-			for i, c := range chunk {
+			for i := 0; i < len(chunk); i++ {
+				c := chunk[i]
 				if inString {
-					switch {
-					case escaped:
+					if escaped {
 						escaped = false
-					case c == '\\':
+						continue
+					}
+					// Skip to the next quote or backslash.
+					j := bytes.IndexByte(chunk[i:], '"')
+					if j < 0 {
+						j = len(chunk) - i
+					}
+					if b := bytes.IndexByte(chunk[i:i+j], '\\'); b >= 0 {
+						i += b
 						escaped = true
-					case c == '"':
-						inString = false
-						if depth == 0 {
-							end = i + 1
-						}
+						continue
+					}
+					i += j
+					if i == len(chunk) {
+						break
+					}
+					inString = false
+					if depth == 0 {
+						end = i + 1
 					}
 				} else {
 					switch c {
@@ -164,8 +177,10 @@ type streamReader struct {
 	out   []byte // rewritten bytes not read yet
 	off   int
 	err   error
-	state int // 0 start, 1 members, 2 array elements, 3 after the object
-	first bool
+	state int  // 0 start, 1 members, 2 array elements, 3 after the object
+	first bool // no element of the array read yet
+	// emitted is true once an element of the array is written.
+	emitted bool
 	// head holds the members before items or rows while they are read, so that kind and
 	// apiVersion are rewritten together.
 	head      []byte
@@ -205,6 +220,9 @@ func (s *streamReader) step() error {
 		s.buf = v
 		if err != nil {
 			return err
+		}
+		if s.q.crds() && r.hiddenCRD(v) {
+			return nil
 		}
 		nv, err := r.object(toPresented, v, s.q.hint())
 		if err != nil {
@@ -307,7 +325,7 @@ func (s *streamReader) step() error {
 			}
 			s.out = append(s.out, key...)
 			s.out = append(s.out, ':', '[')
-			s.arrayKey, s.first, s.state = name, true, 2
+			s.arrayKey, s.first, s.emitted, s.state = name, true, false, 2
 			return nil
 		}
 		if s.headDone {
@@ -349,7 +367,6 @@ func (s *streamReader) step() error {
 			if err := s.s.expect(','); err != nil {
 				return err
 			}
-			s.out = append(s.out, ',')
 		}
 		s.first = false
 		v, err := s.s.value(s.buf[:0])
@@ -357,6 +374,13 @@ func (s *streamReader) step() error {
 		if err != nil {
 			return err
 		}
+		if s.q.crds() && r.hiddenCRD(v) {
+			return nil
+		}
+		if s.emitted {
+			s.out = append(s.out, ',')
+		}
+		s.emitted = true
 		var nv []byte
 		if s.arrayKey == "rows" {
 			nv, err = r.row(v, s.q.hint())
@@ -374,6 +398,32 @@ func (s *streamReader) step() error {
 	n, err := s.s.r.Read(chunk)
 	s.out = append(s.out, chunk[:n]...)
 	return err
+}
+
+// hiddenCRD reports whether a CRD (an object, a Table row, or a watch event of either) is of
+// a target group that the mount does not present, because its name is a presented name: the
+// presented group is the renamed one, and a second CRD of that name would be a duplicate.
+func (r *Rules) hiddenCRD(v []byte) bool {
+	doc := gjson.ParseBytes(v)
+	if o := doc.Get("object"); o.IsObject() && doc.Get("type").Exists() {
+		doc = o // a watch event
+	}
+	if doc.Get("kind").Str == "Table" {
+		return false // a Table in a watch event: its rows stay
+	}
+	name := doc.Get("metadata.name").Str
+	if o := doc.Get("object"); o.IsObject() {
+		name = o.Get("metadata.name").Str // a Table row
+	}
+	group := doc.Get("spec.group").Str
+	if group == "" {
+		_, group, _ = strings.Cut(name, ".")
+	}
+	if group == "" {
+		return false
+	}
+	rs, drop := r.presentedGroups(group)
+	return drop && len(rs) == 0
 }
 
 // listTail rewrites the members of a list that follow its items (tail, without braces),
