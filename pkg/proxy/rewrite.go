@@ -171,7 +171,7 @@ func (h *requestHandler) rewriteRequest(w http.ResponseWriter, out *http.Request
 	if rq.Class != rewrite.Untouched {
 		location.RawQuery = rq.Query.Encode()
 	}
-	if upgrade || !rq.Class.Rewrites() {
+	if upgrade || !rq.Class.Rewrites() || opaqueSubresource(rq.Path) {
 		return true
 	}
 
@@ -398,3 +398,22 @@ func (h *requestHandler) renameCRDInPath(p string) (string, [2]string) {
 
 // maxStatusBytes bounds an error answer about a renamed CRD that is read whole.
 const maxStatusBytes = 1 << 20
+
+// opaqueSubresources carry bytes that are no Kubernetes objects: proxied services, pods and
+// nodes, logs, and the streams of exec, attach and port-forward.
+var opaqueSubresources = map[string]bool{"proxy": true, "log": true, "exec": true, "attach": true, "portforward": true}
+
+// opaqueSubresource reports whether a core path names such a subresource
+// (/api/v1/[namespaces/<ns>/]<resource>/<name>/<subresource>...): its path is renamed like any,
+// its body and answer pass as they are.
+func opaqueSubresource(p string) bool {
+	parts := strings.Split(strings.TrimPrefix(p, "/"), "/")
+	if len(parts) < 3 || parts[0] != "api" {
+		return false
+	}
+	parts = parts[2:]
+	if len(parts) >= 2 && parts[0] == "namespaces" {
+		parts = parts[2:]
+	}
+	return len(parts) >= 3 && opaqueSubresources[parts[2]]
+}

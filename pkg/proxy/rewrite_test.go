@@ -197,3 +197,22 @@ func BenchmarkProxiedGET(b *testing.B) {
 		})
 	}
 }
+
+func TestOpaqueSubresource(t *testing.T) {
+	for p, want := range map[string]bool{
+		"/api/v1/namespaces/a/services/b/proxy/x/y":       true,
+		"/api/v1/namespaces/a/services/https:b:443/proxy": true,
+		"/api/v1/namespaces/a/pods/b/log":                 true,
+		"/api/v1/namespaces/a/pods/b/exec":                true,
+		"/api/v1/nodes/n/proxy/metrics":                   true,
+		"/api/v1/namespaces/a/pods/b":                     false,
+		"/api/v1/namespaces/a/pods/b/status":              false,
+		"/api/v1/namespaces/proxy":                        false,
+		"/api/v1/namespaces/a/pods/proxy":                 false,
+		"/apis/apps/v1/namespaces/a/deployments/proxy":    false,
+	} {
+		if got := opaqueSubresource(p); got != want {
+			t.Errorf("opaqueSubresource(%q) = %v, want %v", p, got, want)
+		}
+	}
+}
