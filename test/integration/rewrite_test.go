@@ -477,6 +477,22 @@ spec:
 	if err == nil || !strings.Contains(out, `virtualmachines.kubevirt.io "missing" not found`) {
 		t.Errorf("a missing object through the mount: %v\n%s", err, out)
 	}
+	// Without the admission relay, webhooks registered through the mount would see target
+	// names: refused.
+	out, err = e.kubectl(t, "", `apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata:
+  name: vm-policy
+webhooks:
+- name: cpus.vms.example.com
+  clientConfig: {url: "https://127.0.0.1:1/validate"}
+  rules: [{apiGroups: [kubevirt.io], apiVersions: [v1], resources: [virtualmachines], operations: [CREATE]}]
+  sideEffects: None
+  admissionReviewVersions: [v1]
+`, nil, "create", "-f", "-")
+	if err == nil || !strings.Contains(out, "this server has no admission relay") {
+		t.Errorf("a webhook configuration through a renaming mount without the relay: %v\n%s", err, out)
+	}
 	// Protobuf bodies of renamed resources are refused with a clear Status.
 	e.checkProtobufRefused(ctx, t)
 
