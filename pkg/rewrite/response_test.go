@@ -3,8 +3,8 @@ package rewrite
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/url"
 	"os"
