@@ -134,7 +134,10 @@ func (r *Rules) object(d direction, data []byte, hint typeHint) ([]byte, error) 
 		return nil, fmt.Errorf("malformed JSON")
 	}
 	e := &editor{data: data, edits: make([]edit, 0, 16)}
-	r.objectEdits(d, e, doc, hint)
+	if r.general || !r.fastObject(d, data, e) {
+		e.edits, e.err = e.edits[:0], nil
+		r.objectEdits(d, e, doc, hint)
+	}
 	return e.bytes()
 }
 
