@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"unsafe"
 
@@ -99,14 +98,7 @@ func plainString(s string) bool {
 
 // quote returns s as a JSON string.
 func quote(s string) string {
-	plain := true
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= 0x7f {
-			plain = false
-			break
-		}
-	}
-	if plain {
+	if plainString(s) {
 		return `"` + s + `"`
 	}
 	var b bytes.Buffer
@@ -618,6 +610,3 @@ func mapStrings(arr gjson.Result, f func(string) (string, bool)) (string, bool) 
 	b.WriteByte(']')
 	return b.String(), changed
 }
-
-// itoa is strconv.Itoa, named for paths.
-func itoa(i int) string { return strconv.Itoa(i) }
