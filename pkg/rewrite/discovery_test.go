@@ -112,6 +112,22 @@ func TestDiscoverySharedTarget(t *testing.T) {
 	if got := strings.Join(groupNames(t, out, "groups.#.name"), ","); got != "a.io,b.io" {
 		t.Fatalf("groups %s: %s", got, out)
 	}
+	agg := []byte(`{"kind":"APIGroupDiscoveryList","apiVersion":"apidiscovery.k8s.io/v2","metadata":{},"items":[{"metadata":{"name":"t.io"},"versions":[{"version":"v1","resources":[` +
+		`{"resource":"afoos","responseKind":{"group":"t.io","version":"v1","kind":"AFoo"},"scope":"Namespaced","singularResource":"afoo","verbs":["get"]},` +
+		`{"resource":"bbars","responseKind":{"group":"t.io","version":"v1","kind":"BBar"},"scope":"Namespaced","singularResource":"bbar","verbs":["get"]}],"freshness":"Current"}]}]}`)
+	out = respond(t, r, "/apis", nil, agg)
+	if got := strings.Join(groupNames(t, out, "items.#.metadata.name"), ","); got != "a.io,b.io" {
+		t.Fatalf("groups %s", got)
+	}
+	for p, want := range map[string]string{
+		"items.0.versions.0.resources.#": "1", "items.0.versions.0.resources.0.resource": "foos", "items.0.versions.0.resources.0.responseKind.kind": "Foo",
+		"items.0.versions.0.resources.0.responseKind.group": "a.io", "items.1.versions.0.resources.#": "1", "items.1.versions.0.resources.0.singularResource": "bar",
+	} {
+		if got := get(t, out, p); got != want {
+			t.Errorf("%s = %q, want %q", p, got, want)
+		}
+	}
+
 	// Objects pick their rule by their kind's prefix.
 	q, _ := r.Request("GET", "/apis/b.io/v1/bars/x", nil)
 	out = respond(t, r, "/apis/b.io/v1/bars/x", nil, []byte(`{"apiVersion":"t.io/v1","kind":"BBar","metadata":{"name":"x","ownerReferences":[{"apiVersion":"t.io/v1","kind":"AFoo","name":"y","uid":"1"}]}}`))

@@ -452,3 +452,59 @@ func FuzzRequest(f *testing.F) {
 		_, _ = r.Request("GET", path, query)
 	})
 }
+
+// FuzzFastPath: the fast path and the general path rewrite any object alike, both ways.
+func FuzzFastPath(f *testing.F) {
+	f.Add([]byte{}, []byte(nil))
+	f.Add([]byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, []byte(nil))
+	for _, s := range []string{"object.json", "configmap-owned.json", "watch.jsonl"} {
+		for _, l := range bytes.Split(bytes.TrimSpace(sample(f, s)), []byte("\n")) {
+			f.Add([]byte{0}, l)
+		}
+	}
+	f.Fuzz(func(t *testing.T, choices, raw []byte) {
+		c := &chooser{b: choices}
+		in := fuzzRules(c)
+		if len(raw) > 0 {
+			in = &mounts.MountRewrites{
+				Groups:              []mounts.GroupRewrite{{Presented: pGroup, Target: tGroup, KindPrefix: "Prefixed"}},
+				MetadataKeyPrefixes: []mounts.PrefixRewrite{{Presented: "kubevirt.io/", Target: "x.virtualization.deckhouse.io/"}},
+			}
+		}
+		fast, err := Compile(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		general, _ := Compile(in)
+		general.general = true
+		presented, target := sides(in)
+		docs := [][]byte{raw}
+		if len(raw) == 0 {
+			p, _ := fuzzObject(c, presented)
+			q, _ := fuzzObject(c, target)
+			docs = [][]byte{[]byte(mustJSON(p)), []byte(mustJSON(q))}
+		}
+		for _, doc := range docs {
+			for _, d := range []direction{toTarget, toPresented} {
+				a, errA := fast.object(d, doc, typeHint{})
+				b, errB := general.object(d, doc, typeHint{})
+				if (errA == nil) != (errB == nil) {
+					t.Fatalf("errors differ: fast %v, general %v\n%s", errA, errB, doc)
+				}
+				if errA != nil {
+					continue
+				}
+				if !json.Valid(doc) {
+					if !bytes.Equal(a, b) {
+						t.Fatalf("not JSON, yet rewritten differently:\n%q\n%q", a, b)
+					}
+					continue
+				}
+				var x, y any
+				if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil || !reflect.DeepEqual(x, y) {
+					t.Fatalf("direction %d differs:\nin      %s\nfast    %s\ngeneral %s", d, doc, a, b)
+				}
+			}
+		}
+	})
+}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"unsafe"
 
@@ -99,14 +98,7 @@ func plainString(s string) bool {
 
 // quote returns s as a JSON string.
 func quote(s string) string {
-	plain := true
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= 0x7f {
-			plain = false
-			break
-		}
-	}
-	if plain {
+	if plainString(s) {
 		return `"` + s + `"`
 	}
 	var b bytes.Buffer
@@ -134,7 +126,10 @@ func (r *Rules) object(d direction, data []byte, hint typeHint) ([]byte, error) 
 		return nil, fmt.Errorf("malformed JSON")
 	}
 	e := &editor{data: data, edits: make([]edit, 0, 16)}
-	r.objectEdits(d, e, doc, hint)
+	if r.general || !r.fastObject(d, data, e) {
+		e.edits, e.err = e.edits[:0], nil
+		r.objectEdits(d, e, doc, hint)
+	}
 	return e.bytes()
 }
 
@@ -615,6 +610,3 @@ func mapStrings(arr gjson.Result, f func(string) (string, bool)) (string, bool) 
 	b.WriteByte(']')
 	return b.String(), changed
 }
-
-// itoa is strconv.Itoa, named for paths.
-func itoa(i int) string { return strconv.Itoa(i) }

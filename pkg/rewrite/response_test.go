@@ -1,8 +1,10 @@
 package rewrite
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/url"
 	"os"
@@ -313,6 +315,21 @@ func TestResponseWatch(t *testing.T) {
 	// ERROR events carry a Status.
 	errOut := respond(t, r, "/apis/kubevirt.io/v1/virtualmachines", url.Values{"watch": {"true"}}, sample(t, "watch-error.jsonl"))
 	jsonEqual(t, bytes.TrimSpace(errOut), bytes.TrimSpace(sample(t, "watch-error.jsonl")))
+}
+
+func TestResponseTooLarge(t *testing.T) {
+	r := kubevirtRules(t)
+	q, _ := r.Request("GET", "/apis/kubevirt.io/v1/virtualmachines", nil)
+	big := `{"kind":"PrefixedVirtualMachineList","items":[{"a":"` + strings.Repeat("x", 4096) + `"}]}`
+	s := &streamReader{q: q, s: &scanner{r: bufio.NewReader(strings.NewReader(big)), max: 1024}}
+	if _, err := io.ReadAll(s); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("err = %v, want ErrTooLarge", err)
+	}
+	w, _ := r.Request("GET", "/apis/kubevirt.io/v1/virtualmachines", url.Values{"watch": {"true"}})
+	s = &streamReader{q: w, watch: true, s: &scanner{r: bufio.NewReader(strings.NewReader(`{"type":"ADDED","object":` + big + "}\n")), max: 1024}}
+	if _, err := io.ReadAll(s); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("watch: err = %v, want ErrTooLarge", err)
+	}
 }
 
 func TestResponseMalformed(t *testing.T) {

@@ -93,6 +93,9 @@ type Rules struct {
 	// that direction; a document without any (and without escapes) passes untouched.
 	tokens       [2][][]byte
 	tokenStrings [2][]string
+
+	// general turns the fast path off, for tests that compare both.
+	general bool
 }
 
 // Compile checks and compiles rewrite rules. Nil or empty rules compile to nil Rules. Rules
