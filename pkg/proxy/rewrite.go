@@ -196,6 +196,11 @@ func (h *requestHandler) rewriteRequest(w http.ResponseWriter, out *http.Request
 	out.Header.Del("Accept-Encoding")
 
 	if hasBody(out) {
+		if enc := out.Header.Get("Content-Encoding"); enc != "" && enc != "identity" {
+			writeStatus(w, newStatus(http.StatusUnsupportedMediaType, metav1.StatusReasonUnsupportedMediaType, fmt.Sprintf(
+				"mount %q renames APIs and rewrites request bodies: send them without Content-Encoding", h.mount.Name)))
+			return false
+		}
 		body, status := readBounded(out.Body)
 		_ = out.Body.Close()
 		if status != nil {

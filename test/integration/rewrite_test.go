@@ -477,6 +477,10 @@ spec:
 	if err == nil || !strings.Contains(out, `virtualmachines.kubevirt.io "missing" not found`) {
 		t.Errorf("a missing object through the mount: %v\n%s", err, out)
 	}
+	// The target's own names are not reachable through the mount.
+	if out, err := e.kubectl(t, "", "", nil, "get", "--raw", "/apis/"+targetGroup+"/v1/namespaces/vms/prefixedvirtualmachines"); err == nil || !strings.Contains(out, "NotFound") {
+		t.Errorf("the target group through the mount: %v\n%s", err, out)
+	}
 	// Without the admission relay, webhooks registered through the mount would see target
 	// names: refused.
 	out, err = e.kubectl(t, "", `apiVersion: admissionregistration.k8s.io/v1
@@ -520,6 +524,28 @@ func (e *renamingEnv) checkProtobufRefused(ctx context.Context, t *testing.T) {
 	_ = res.Body.Close()
 	if res.StatusCode != http.StatusUnsupportedMediaType || !strings.Contains(string(body), `"kind":"Status"`) || !strings.Contains(string(body), "application/vnd.kubernetes.protobuf") {
 		t.Errorf("protobuf body for a renamed resource: %d %s", res.StatusCode, body)
+	}
+	// A compressed body would pass unread: refused.
+	req, _ = http.NewRequestWithContext(ctx, http.MethodPost, e.mountConfig.Host+"/apis/kubevirt.io/v1/namespaces/vms/virtualmachines", strings.NewReader("\x1f\x8b compressed"))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Content-Encoding", "gzip")
+	if res, err = c.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(res.Body)
+	_ = res.Body.Close()
+	if res.StatusCode != http.StatusUnsupportedMediaType || !strings.Contains(string(body), "without Content-Encoding") {
+		t.Errorf("a gzip body for a renamed resource: %d %s", res.StatusCode, body)
+	}
+	// So is a body beyond what is rewritten.
+	req, _ = http.NewRequestWithContext(ctx, http.MethodPost, e.mountConfig.Host+"/apis/kubevirt.io/v1/namespaces/vms/virtualmachines", strings.NewReader(`{"a":"`+strings.Repeat("x", 4<<20)+`"}`))
+	req.Header.Set("Content-Type", "application/json")
+	if res, err = c.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	_ = res.Body.Close()
+	if res.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Errorf("a 4 MiB body for a renamed resource: %d", res.StatusCode)
 	}
 }
 
