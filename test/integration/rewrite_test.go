@@ -758,3 +758,63 @@ func nestedBool(u *unstructured.Unstructured, fields ...string) bool {
 	v, _, _ := unstructured.NestedBool(u.Object, fields...)
 	return v
 }
+
+// TestRenamingMountPodsLogsExec: with a key prefix rule every core request goes through the
+// rewriter; a Pod's renamed label is stored under the target key, while logs and exec (a
+// text stream and an upgrade, through a second renaming mount without recording hops, which
+// carry no upgrades) pass as they are, through the framework's kubelet on the target.
+func TestRenamingMountPodsLogsExec(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	e := startRenamingEnv(ctx, t)
+	kubelet, err := framework.StartKubelet(ctx, e.target, "renaming-node")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kubelet.Stop)
+	if err := kubelet.CreatePod(ctx, "apps", "app"); err != nil {
+		t.Fatal(err)
+	}
+	e.mustKubectl(t, "", "label", "pod", "-n", "apps", "app", "kubevirt.io/os=alpine")
+	out := e.mustKubectlTarget(t, "get", "pod", "-n", "apps", "app", "-o", "jsonpath={.metadata.labels}")
+	expectContains(t, "the pod's label on the target", out, `"x.virtualization.example.org/os":"alpine"`)
+	out = e.mustKubectl(t, "", "get", "pods", "-n", "apps", "-l", "kubevirt.io/os=alpine", "-o", "name")
+	expectContains(t, "pods selected by a renamed key through the mount", out, "pod/app")
+	out = e.mustKubectl(t, "", "logs", "-n", "apps", "app")
+	expectContains(t, "kubectl logs through the mount", out, "log line 1")
+	// The recording hops carry no upgrades: exec goes from kubectl to mount-apiserver and
+	// through a second renaming mount straight to the target.
+	targetKubeconfig, err := framework.KubeconfigBytes(e.target.AdminConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, err := kubernetes.NewForConfig(e.server.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := core.CoreV1().Secrets("clusters").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "direct"}, Data: map[string][]byte{"kubeconfig": targetKubeconfig}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.server.Client.MountsV1alpha1().Mounts().Create(ctx, &v1alpha1.Mount{ObjectMeta: metav1.ObjectMeta{Name: "direct"}, Spec: v1alpha1.MountSpec{
+		Ref:      v1alpha1.ObjectReference{Namespace: "clusters", Name: "direct"},
+		Identity: v1alpha1.MountIdentity{Mode: v1alpha1.IdentityModeMountCredentials},
+		Rewrites: renamingMountSpec(),
+	}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	direct := rest.CopyConfig(e.server.Config)
+	direct.Host += "/apis/mounts.kcp.io/v1alpha1/mounts/direct/proxy"
+	data, err := framework.KubeconfigBytes(direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	directKubeconfig := filepath.Join(t.TempDir(), "direct.kubeconfig")
+	if err := os.WriteFile(directKubeconfig, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err = e.kubectl(t, directKubeconfig, "", nil, "exec", "-n", "apps", "app", "--", "sh", "-c", "echo exec-through-renaming-mount")
+	if err != nil || !strings.Contains(out, "exec-through-renaming-mount") {
+		t.Errorf("kubectl exec through the mount: %v\n%s", err, out)
+	}
+	e.checkNoLeaks(t)
+}
