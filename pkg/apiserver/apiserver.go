@@ -60,6 +60,8 @@ type ExtraConfig struct {
 	UnboundGC UnboundGCConfig
 	// TunnelPeers, with a host, lets replicas reach tunnel sessions held by each other.
 	TunnelPeers *TunnelPeersConfig
+	// AdmissionRelay, if set, serves the webhooks registered through renaming mounts.
+	AdmissionRelay *AdmissionRelayConfig
 }
 
 // TunnelConfig configures the reverse tunnels of agents.
@@ -100,6 +102,7 @@ func (c *Config) Complete() CompletedConfig {
 // when it stops; call Close only when no Server was built.
 func (c *Config) Close() {
 	c.Extra.EmbeddedEtcd.Close()
+	c.Extra.AdmissionRelay.close()
 }
 
 // New builds the server and installs the mounts.kcp.io API group.
@@ -180,6 +183,12 @@ func (c CompletedConfig) New() (*Server, error) {
 			return nil
 		}); err != nil {
 			return nil, fmt.Errorf("adding pre-shutdown hook: %w", err)
+		}
+	}
+
+	if relay := c.Extra.AdmissionRelay; relay != nil {
+		if err := generic.AddPostStartHook("start-admission-relay", startAdmissionRelay(relay, storage, proxier)); err != nil {
+			return nil, fmt.Errorf("adding post-start hook: %w", err)
 		}
 	}
 

@@ -33,6 +33,7 @@ import (
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
 	"github.com/kcp-dev/mount-apiserver/pkg/clusters"
 	"github.com/kcp-dev/mount-apiserver/pkg/kcp"
+	"github.com/kcp-dev/mount-apiserver/pkg/rewrite"
 	"github.com/kcp-dev/mount-apiserver/pkg/targetpolicy"
 	"github.com/kcp-dev/mount-apiserver/pkg/tunnel"
 )
@@ -61,6 +62,11 @@ type Proxier struct {
 	// through this server, each two connections and their buffers; beyond, 429. 0: no bound.
 	MaxUpgrades int
 	upgrades    atomic.Int64
+	// compiled keeps the compiled spec.rewrites of renaming mounts (rewrite.go).
+	compiled compiledRules
+	// AdmissionRelay is where targets reach this server's admission relay; nil refuses
+	// webhook configurations written through renaming mounts (webhooks.go).
+	AdmissionRelay *AdmissionRelayConfig
 
 	// Kcp is the provider's client configuration for kcp (--kcp-kubeconfig): Workspace mounts
 	// are proxied to its host, kcp's base URL, with its credentials, impersonating the
@@ -157,6 +163,7 @@ func (p *Proxier) Forget(cluster clusters.Name, name string, uid types.UID) {
 	if p.Transports != nil {
 		p.Transports.Forget(uid)
 	}
+	p.compiled.forget(uid)
 	p.Metrics.Forget(MountLabel(cluster, name), uid)
 }
 
@@ -201,11 +208,18 @@ func (p *Proxier) Handler(ctx context.Context, m *mounts.Mount, innerPath string
 		return nil, apierrors.NewBadRequest(err.Error())
 	}
 	location := &url.URL{Scheme: target.Base.Scheme, Host: target.Base.Host, Path: joined}
+	// Only a renaming mount compiles or calls anything of pkg/rewrite.
+	var rules *rewrite.Rules
+	if m.Spec.Rewrites != nil {
+		if rules, err = p.rewriteRules(m); err != nil {
+			return nil, err
+		}
+	}
 	var requestTimeout time.Duration
 	if t := m.Spec.Timeouts; t != nil && t.RequestSeconds != nil {
 		requestTimeout = time.Duration(*t.RequestSeconds) * time.Second
 	}
-	return &requestHandler{proxier: p, mount: m, label: MountLabel(clusters.From(ctx), m.Name), caller: caller, imp: imp, target: target, location: location, innerPath: innerPath, requestTimeout: requestTimeout}, nil
+	return &requestHandler{proxier: p, mount: m, label: MountLabel(clusters.From(ctx), m.Name), caller: caller, imp: imp, target: target, location: location, innerPath: innerPath, requestTimeout: requestTimeout, rules: rules}, nil
 }
 
 // impersonation returns how the caller is carried to the target: nil for MountCredentials,
@@ -254,6 +268,10 @@ type requestHandler struct {
 	location       *url.URL
 	innerPath      string
 	requestTimeout time.Duration
+	// rules are the renames of a renaming mount, nil otherwise; rewriting is what the
+	// response of a rewritten request needs (rewrite.go).
+	rules     *rewrite.Rules
+	rewriting *rewriting
 }
 
 // scrubbedHeaders never travel from the caller to the target: the caller's credentials and
@@ -388,6 +406,9 @@ func (h *requestHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	// The upgrade path dials Location as it is; only the plain path copies the query itself.
 	location := *h.location
 	location.RawQuery = req.URL.RawQuery
+	if h.rules != nil && !h.rewriteRequest(w, out, &location, upgrade) {
+		return
+	}
 	if !upgrade {
 		h.servePlain(w, out, h.target.PlainRoundTripper(out.Header, h.imp), location, longRunning)
 		return

@@ -74,6 +74,15 @@ func (h *requestHandler) servePlain(w http.ResponseWriter, out *http.Request, rt
 			return nil
 		}
 	}
+	if h.rewriting != nil {
+		shutdown := proxy.ModifyResponse
+		proxy.ModifyResponse = func(res *http.Response) error {
+			if shutdown != nil {
+				_ = shutdown(res)
+			}
+			return h.rewriting.response(res)
+		}
+	}
 	proxy.ServeHTTP(w, out)
 }
 

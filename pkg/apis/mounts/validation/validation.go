@@ -109,6 +109,8 @@ func ValidateMountSpec(spec *mounts.MountSpec, fldPath *field.Path) field.ErrorL
 		}
 	}
 
+	allErrs = append(allErrs, validateRewrites(spec.Type, spec.Rewrites, fldPath.Child("rewrites"))...)
+
 	if t := spec.Timeouts; t != nil {
 		timeoutsPath := fldPath.Child("timeouts")
 		allErrs = append(allErrs, validateSeconds(t.ConnectSeconds, MaxConnectSeconds, timeoutsPath.Child("connectSeconds"))...)

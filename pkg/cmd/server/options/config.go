@@ -150,6 +150,12 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 	if err := o.applyKcpWorkspaces(cfg.Extra.Proxier); err != nil {
 		return nil, err
 	}
+	if err := o.applyAdmissionRelay(cfg, ca); err != nil {
+		return nil, err
+	}
+	if cfg.Extra.AdmissionRelay != nil {
+		cfg.Extra.AdmissionRelay.Cert = generic.SecureServing.Cert
+	}
 
 	namer := openapinamer.NewDefinitionNamer(mountapiserver.Scheme)
 	generic.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(generatedopenapi.GetOpenAPIDefinitions, namer)

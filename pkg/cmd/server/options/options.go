@@ -100,6 +100,8 @@ type Options struct {
 	LeaderElection componentbaseconfig.LeaderElectionConfiguration
 	// TunnelPeers says how replicas reach tunnel sessions held by each other (delegated mode).
 	TunnelPeers *peers.Options
+	// AdmissionRelay serves the webhooks registered through renaming mounts.
+	AdmissionRelay AdmissionRelayOptions
 
 	ServerRun     *genericoptions.ServerRunOptions
 	SecureServing *genericoptions.SecureServingOptionsWithLoopback
@@ -211,6 +213,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	o.Kcp.AddFlags(fss.FlagSet("kcp"))
 	o.Tunnel.AddFlags(fss.FlagSet("tunnel"))
 	o.TunnelPeers.AddFlags(fss.FlagSet("tunnel"))
+	o.AdmissionRelay.AddFlags(fss.FlagSet("admission relay"))
 	o.ServerRun.AddUniversalFlags(fss.FlagSet("generic"))
 	o.SecureServing.AddFlags(fss.FlagSet("secure serving"))
 	o.Etcd.AddFlags(fss.FlagSet("etcd"))
@@ -294,6 +297,7 @@ func (o CompletedOptions) Validate() error {
 	if o.SecureServing.BindPort == 0 && o.SecureServing.Listener == nil {
 		errs = append(errs, errors.New("--secure-port must be between 1 and 65535"))
 	}
+	errs = append(errs, o.AdmissionRelay.Validate(o.GenerateCerts)...)
 	errs = append(errs, o.ServerRun.Validate()...)
 	errs = append(errs, o.SecureServing.Validate()...)
 	errs = append(errs, o.etcdValidate()...)

@@ -1,0 +1,424 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+
+	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
+	"github.com/kcp-dev/mount-apiserver/pkg/rewrite"
+)
+
+// MaxRewrittenBodyBytes bounds a request body that a renaming mount reads to rewrite it: what
+// kube-apiserver accepts (3 MiB); a larger body is refused with 413 before it reaches memory
+// whole.
+const MaxRewrittenBodyBytes = 3 * 1024 * 1024
+
+// maxCompiledRules bounds the compiled rules kept, one entry per renaming mount generation.
+const maxCompiledRules = 1024
+
+// compiledRules keeps the compiled spec.rewrites of renaming mounts by UID and generation, so
+// that a request compiles nothing. A mount without rewrites never reaches it.
+type compiledRules struct {
+	mu    sync.Mutex
+	rules map[types.UID]generationRules
+}
+
+type generationRules struct {
+	generation int64
+	rules      *rewrite.Rules
+}
+
+// get returns m's compiled rules, nil for a mount whose rewrites rename nothing.
+func (c *compiledRules) get(m *mounts.Mount) (*rewrite.Rules, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.rules[m.UID]; ok && e.generation == m.Generation && m.UID != "" {
+		return e.rules, nil
+	}
+	rules, err := rewrite.Compile(m.Spec.Rewrites)
+	if err != nil {
+		return nil, err
+	}
+	if c.rules == nil || len(c.rules) >= maxCompiledRules {
+		c.rules = map[types.UID]generationRules{}
+	}
+	c.rules[m.UID] = generationRules{m.Generation, rules}
+	return rules, nil
+}
+
+func (c *compiledRules) forget(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.rules, uid)
+}
+
+// RewriteRules returns the compiled rules of a mount's spec.rewrites, nil when they rename
+// nothing (the admission relay's view of the proxy's rules).
+func (p *Proxier) RewriteRules(m *mounts.Mount) (*rewrite.Rules, error) {
+	if m.Spec.Rewrites == nil {
+		return nil, nil
+	}
+	return p.rewriteRules(m)
+}
+
+// WebhookClient returns a client for a webhook at rawURL that the admission relay calls:
+// under the target policy (the URL, every address connected to, never this server's own
+// certificate), trusting caPEM (the system roots when empty). It keeps no connection.
+func (p *Proxier) WebhookClient(caPEM []byte, rawURL string) (*http.Client, error) {
+	policy := p.Transports.opts.Policy
+	u, err := url.Parse(rawURL)
+	if err != nil || u.Host == "" {
+		return nil, fmt.Errorf("its URL does not parse")
+	}
+	if err := policy.CheckURL(u); err != nil {
+		return nil, err
+	}
+	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12, VerifyConnection: refuseOwnCertificate(policy)}
+	if len(caPEM) > 0 {
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(caPEM) {
+			return nil, fmt.Errorf("its caBundle holds no certificate")
+		}
+		tlsConfig.RootCAs = pool
+	}
+	dialer := net.Dialer{Timeout: 10 * time.Second}
+	return &http.Client{Transport: &http.Transport{
+		TLSClientConfig: tlsConfig,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return dialAllowed(ctx, dialer, policy, network, addr)
+		},
+		DisableKeepAlives: true,
+	}}, nil
+}
+
+// rewriteRules returns the compiled rules of a mount with spec.rewrites (nil when they rename
+// nothing). Validation refuses rules that do not compile, so an error here means a Mount
+// stored before validation knew better: the proxy refuses it rather than guess.
+func (p *Proxier) rewriteRules(m *mounts.Mount) (*rewrite.Rules, error) {
+	rules, err := p.compiled.get(m)
+	if err != nil {
+		return nil, apierrors.NewInternalError(fmt.Errorf("mount %q: spec.rewrites: %w", m.Name, err))
+	}
+	return rules, nil
+}
+
+// rewriting is what a renamed request's response needs.
+type rewriting struct {
+	req rewrite.Request
+	// crdName is the target and presented name of the CRD the request's path names, if
+	// renamed.
+	crdName [2]string
+	// webhooks: the response holds webhook configurations, whose clientConfigs are restored.
+	webhooks bool
+}
+
+// rewriteRequest rewrites a request of a renaming mount from presented to target names: path
+// and query always (upgrades only these), and for requests whose bodies and responses are
+// rewritten the body (bounded), Accept (JSON only) and Accept-Encoding (identity, so that
+// the response can be read). It answers the caller itself and returns false when the request
+// cannot be sent.
+func (h *requestHandler) rewriteRequest(w http.ResponseWriter, out *http.Request, location *url.URL, upgrade bool) bool {
+	query := out.URL.Query()
+	rq, err := h.rules.Request(out.Method, h.innerPath, query)
+	if err != nil {
+		writeStatus(w, newStatus(http.StatusBadRequest, metav1.StatusReasonBadRequest, fmt.Sprintf("mount %q renames APIs and cannot rewrite this request: %v", h.mount.Name, err)))
+		return false
+	}
+	switch {
+	case rq.Class == rewrite.NotFound:
+		writeStatus(w, newStatus(http.StatusNotFound, metav1.StatusReasonNotFound, "the server could not find the requested resource"))
+		return false
+	case rq.Class == rewrite.Untouched && rq.Path == h.innerPath:
+		return true
+	}
+	var crdName [2]string
+	if rq.Class == rewrite.Objects {
+		// pkg/rewrite renames a CRD named in the path; a Status about it still names it in
+		// target names (details.name), which the response side renames back.
+		if renamed, names := h.renameCRDInPath(h.innerPath); names[0] != "" {
+			crdName = names
+			if rq.Path == h.innerPath {
+				rq.Path = renamed
+			}
+		}
+	}
+	joined, err := JoinPath(h.target.Base.Path, rq.Path)
+	if err != nil {
+		writeStatus(w, newStatus(http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error()))
+		return false
+	}
+	location.Path = joined
+	if rq.Class != rewrite.Untouched {
+		location.RawQuery = rq.Query.Encode()
+	}
+	if upgrade || !rq.Class.Rewrites() || opaqueSubresource(rq.Path) {
+		return true
+	}
+
+	webhooks := ""
+	if rq.Class == rewrite.Objects {
+		webhooks = webhookKind(rq.Path)
+	}
+	if webhooks != "" && out.Method == http.MethodPatch {
+		writeStatus(w, newStatus(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, fmt.Sprintf(
+			"mount %q renames APIs and points the webhooks written through it at its admission relay: write webhook configurations whole (create, or update as kubectl replace does), not by patch", h.mount.Name)))
+		return false
+	}
+	accept, ok := negotiateJSON(out.Header.Values("Accept"))
+	if !ok {
+		writeStatus(w, newStatus(http.StatusNotAcceptable, metav1.StatusReasonNotAcceptable, fmt.Sprintf(
+			"mount %q renames APIs and answers renamed requests in JSON only; accept application/json", h.mount.Name)))
+		return false
+	}
+	out.Header.Set("Accept", accept)
+	// The target's answer must be read to be rewritten; Go's transport still asks for gzip
+	// on its own connection and decompresses it.
+	out.Header.Del("Accept-Encoding")
+
+	if hasBody(out) {
+		if enc := out.Header.Get("Content-Encoding"); enc != "" && enc != "identity" {
+			writeStatus(w, newStatus(http.StatusUnsupportedMediaType, metav1.StatusReasonUnsupportedMediaType, fmt.Sprintf(
+				"mount %q renames APIs and rewrites request bodies: send them without Content-Encoding", h.mount.Name)))
+			return false
+		}
+		body, status := readBounded(out.Body)
+		_ = out.Body.Close()
+		if status != nil {
+			writeStatus(w, status)
+			return false
+		}
+		contentType := out.Header.Get("Content-Type")
+		if rq.Class == rewrite.Objects {
+			// kubectl and typed clients send built-in objects as protobuf: decode them with
+			// client-go's scheme and send JSON, which can be rewritten.
+			if body, contentType, err = protobufToJSON(contentType, body); err != nil {
+				writeStatus(w, newStatus(http.StatusUnsupportedMediaType, metav1.StatusReasonUnsupportedMediaType, fmt.Sprintf("mount %q renames APIs: %v", h.mount.Name, err)))
+				return false
+			}
+			out.Header.Set("Content-Type", contentType)
+		}
+		rewritten, err := rq.Body(contentType, body)
+		if err != nil {
+			var unsupported *rewrite.UnsupportedMediaTypeError
+			if errors.As(err, &unsupported) {
+				writeStatus(w, newStatus(http.StatusUnsupportedMediaType, metav1.StatusReasonUnsupportedMediaType, fmt.Sprintf("mount %q renames APIs: %v", h.mount.Name, err)))
+			} else {
+				writeStatus(w, newStatus(http.StatusBadRequest, metav1.StatusReasonBadRequest, fmt.Sprintf("mount %q renames APIs and cannot rewrite this body: %v", h.mount.Name, err)))
+			}
+			return false
+		}
+		if webhooks != "" && (out.Method == http.MethodPost || out.Method == http.MethodPut) {
+			if rewritten, ok = h.serveWebhookWrite(out.Context(), w, webhooks, rewritten); !ok {
+				return false
+			}
+		}
+		out.Body = io.NopCloser(bytes.NewReader(rewritten))
+		out.ContentLength = int64(len(rewritten))
+		out.Header.Set("Content-Length", strconv.Itoa(len(rewritten)))
+		out.GetBody = nil
+	}
+	h.rewriting = &rewriting{req: rq, crdName: crdName, webhooks: webhooks != ""}
+	return true
+}
+
+// hasBody: a request that may carry a body the target reads (DeleteOptions included).
+func hasBody(r *http.Request) bool {
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+		return false
+	}
+	switch r.Method {
+	case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
+		return true
+	}
+	return false
+}
+
+// readBounded reads a body of at most MaxRewrittenBodyBytes.
+func readBounded(body io.Reader) ([]byte, *metav1.Status) {
+	data, err := io.ReadAll(io.LimitReader(body, MaxRewrittenBodyBytes+1))
+	switch {
+	case err != nil:
+		return nil, newStatus(http.StatusBadRequest, metav1.StatusReasonBadRequest, "reading the request body failed")
+	case len(data) > MaxRewrittenBodyBytes:
+		return nil, newStatus(http.StatusRequestEntityTooLarge, metav1.StatusReasonRequestEntityTooLarge,
+			fmt.Sprintf("the request body exceeds the %d bytes a renaming mount rewrites", MaxRewrittenBodyBytes))
+	}
+	return data, nil
+}
+
+// negotiateJSON keeps the JSON entries of Accept (their parameters too: as=Table, aggregated
+// discovery) and turns wildcards into application/json. ok is false when the caller accepts
+// nothing JSON at all, e.g. protobuf only.
+func negotiateJSON(values []string) (string, bool) {
+	if len(values) == 0 {
+		return "application/json", true
+	}
+	var kept []string
+	wildcard := false
+	for _, v := range values {
+		for entry := range strings.SplitSeq(v, ",") {
+			entry = strings.TrimSpace(entry)
+			if entry == "" {
+				continue
+			}
+			mt, _, err := mime.ParseMediaType(entry)
+			if err != nil {
+				continue
+			}
+			switch {
+			case mt == "application/json":
+				kept = append(kept, entry)
+			case mt == "*/*" || mt == "application/*":
+				wildcard = true
+			}
+		}
+	}
+	if wildcard {
+		kept = append(kept, "application/json")
+	}
+	if len(kept) == 0 {
+		return "", false
+	}
+	return strings.Join(kept, ","), true
+}
+
+// response rewrites the target's answer to presented names as it streams: Lists item by
+// item, watches frame by frame. A protobuf or CBOR answer, which the negotiated Accept does
+// not allow, is refused rather than passed with the target's names in it.
+func (r *rewriting) response(res *http.Response) error {
+	if enc := res.Header.Get("Content-Encoding"); enc != "" && enc != "identity" {
+		return fmt.Errorf("%w: the target answered with Content-Encoding %q", errUnrewritable, enc)
+	}
+	ct := res.Header.Get("Content-Type")
+	mt, _, _ := mime.ParseMediaType(ct)
+	switch {
+	case strings.Contains(mt, "protobuf") || strings.Contains(mt, "cbor"):
+		return fmt.Errorf("%w: the target answered in %s", errUnrewritable, mt)
+	case mt == "text/plain" && r.req.Class == rewrite.OpenAPI:
+		// kube-apiserver serves the OpenAPI v3 index, JSON, as text/plain.
+		ct = "application/json"
+	}
+	var body io.Reader = res.Body
+	if r.crdName[0] != "" && res.StatusCode >= 400 {
+		// A Status about the CRD names it in details.name, in target names.
+		data, err := io.ReadAll(io.LimitReader(res.Body, maxStatusBytes))
+		if err != nil {
+			return fmt.Errorf("%w: reading the target's error: %w", errUnrewritable, err)
+		}
+		body = bytes.NewReader(bytes.ReplaceAll(data, []byte(r.crdName[0]), []byte(r.crdName[1])))
+	}
+	rewritten := r.req.Response(ct, body)
+	if r.webhooks {
+		rewritten = restoreWebhooks(rewritten, r.req.Watch)
+	}
+	res.Body = rewrittenBody{Reader: rewritten, Closer: res.Body}
+	res.Header.Del("Content-Length")
+	res.ContentLength = -1
+	return nil
+}
+
+var errUnrewritable = errors.New("a renaming mount cannot rewrite the target's answer")
+
+type rewrittenBody struct {
+	io.Reader
+	io.Closer
+}
+
+// protobufMediaType is Kubernetes' protobuf encoding.
+const protobufMediaType = "application/vnd.kubernetes.protobuf"
+
+// protobufDecoder decodes the protobuf of every type client-go knows: the built-in kinds and
+// the option kinds (DeleteOptions).
+var protobufDecoder = protobuf.NewSerializer(clientgoscheme.Scheme, clientgoscheme.Scheme)
+
+// protobufToJSON turns a protobuf body of a built-in kind into JSON; other bodies pass as
+// they are. A protobuf body of a kind client-go does not know is an error (answer 415).
+func protobufToJSON(contentType string, body []byte) ([]byte, string, error) {
+	if mt, _, _ := mime.ParseMediaType(contentType); mt != protobufMediaType || len(body) == 0 {
+		return body, contentType, nil
+	}
+	obj, gvk, err := protobufDecoder.Decode(body, nil, nil)
+	if err != nil {
+		return nil, "", fmt.Errorf("a protobuf body can be rewritten only for built-in kinds, and this one does not decode as one (%v): send JSON", err)
+	}
+	obj.GetObjectKind().SetGroupVersionKind(*gvk)
+	data, err := json.Marshal(obj)
+	if err != nil {
+		return nil, "", fmt.Errorf("encoding a protobuf body as JSON: %w", err)
+	}
+	return data, "application/json", nil
+}
+
+// crdPath matches the path of one CRD: /apis/apiextensions.k8s.io/<version>/customresourcedefinitions/<name>[/status].
+const crdPathPrefix = "/apis/apiextensions.k8s.io/"
+
+// renameCRDInPath renames the CRD named in a path (<plural>.<group> of a renamed group) to
+// its target name, by asking the rules where the CRD's resource goes.
+// It returns the path and, if renamed, the CRD's target and presented name.
+func (h *requestHandler) renameCRDInPath(p string) (string, [2]string) {
+	rest, ok := strings.CutPrefix(p, crdPathPrefix)
+	if !ok {
+		return p, [2]string{}
+	}
+	parts := strings.Split(rest, "/")
+	if len(parts) < 3 || parts[1] != "customresourcedefinitions" {
+		return p, [2]string{}
+	}
+	plural, group, ok := strings.Cut(parts[2], ".")
+	if !ok || plural == "" {
+		return p, [2]string{}
+	}
+	probe, err := h.rules.Request(http.MethodGet, "/apis/"+group+"/v1/"+plural, nil)
+	if err != nil || probe.Class != rewrite.Resource {
+		return p, [2]string{}
+	}
+	target := strings.Split(strings.TrimPrefix(probe.Path, "/"), "/")
+	if len(target) != 4 {
+		return p, [2]string{}
+	}
+	presented := parts[2]
+	parts[2] = target[3] + "." + target[1]
+	return crdPathPrefix + strings.Join(parts, "/"), [2]string{parts[2], presented}
+}
+
+// maxStatusBytes bounds an error answer about a renamed CRD that is read whole.
+const maxStatusBytes = 1 << 20
+
+// opaqueSubresources carry bytes that are no Kubernetes objects: proxied services, pods and
+// nodes, logs, and the streams of exec, attach and port-forward.
+var opaqueSubresources = map[string]bool{"proxy": true, "log": true, "exec": true, "attach": true, "portforward": true}
+
+// opaqueSubresource reports whether a core path names such a subresource
+// (/api/v1/[namespaces/<ns>/]<resource>/<name>/<subresource>...): its path is renamed like any,
+// its body and answer pass as they are.
+func opaqueSubresource(p string) bool {
+	parts := strings.Split(strings.TrimPrefix(p, "/"), "/")
+	if len(parts) < 3 || parts[0] != "api" {
+		return false
+	}
+	parts = parts[2:]
+	if len(parts) >= 2 && parts[0] == "namespaces" {
+		parts = parts[2:]
+	}
+	return len(parts) >= 3 && opaqueSubresources[parts[2]]
+}

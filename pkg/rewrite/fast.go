@@ -1,0 +1,400 @@
+package rewrite
+
+import (
+	"bytes"
+	"strings"
+	"unsafe"
+
+	"github.com/tidwall/gjson"
+)
+
+// The fast path rewrites the objects that make up nearly all of a List or a watch: objects of a
+// kind without references of its own, whose strings carry no escapes. It walks the document
+// once, looks only where names can be (apiVersion and kind; metadata's labels, annotations,
+// finalizers, ownerReferences and managedFields; a spec's templates and selectors through the
+// general path), and collects edits by offset. Everything else takes objectEdits, which the
+// fast path must match (see FuzzFastPath).
+
+// fastKinds are kinds (with their group) that the fast path leaves to objectEdits.
+func fastEligible(group, kind string) bool {
+	if kind == "" || kind == "WatchEvent" || kind == "Table" || kind == "Status" || kind == "PartialObjectMetadata" || strings.HasSuffix(kind, "List") {
+		return false
+	}
+	switch group {
+	case "apiextensions.k8s.io", "rbac.authorization.k8s.io", "admissionregistration.k8s.io", "authorization.k8s.io", "events.k8s.io":
+		return false
+	case "":
+		return kind != "Event"
+	}
+	return true
+}
+
+// fastObject rewrites a valid JSON object, or reports false when it is not one the fast path
+// takes (then its edits are to be dropped).
+func (r *Rules) fastObject(d direction, data []byte, e *editor) bool {
+	w := walker{b: data}
+	i := w.space(0)
+	if i >= len(data) || data[i] != '{' {
+		return false
+	}
+	// A watch event {"type":...,"object":{...}}: its object.
+	var typ, obj span
+	members := 0
+	w.members(i, func(key, val span) bool {
+		members++
+		switch w.name(key) {
+		case "type":
+			typ = val
+		case "object":
+			obj = val
+		}
+		return members <= 2
+	})
+	if members == 2 && typ.valid() && obj.valid() && data[obj.start] == '{' {
+		i = obj.start
+	}
+	return r.fastObjectAt(d, &w, i, e)
+}
+
+// fastObjectAt rewrites the object that starts at i.
+func (r *Rules) fastObjectAt(d direction, w *walker, i int, e *editor) bool {
+	data := w.b
+	// apiVersion and kind come first in what kube-apiserver writes; find them, wherever they are.
+	var av, kind span
+	var meta, spec span
+	ok := w.members(i, func(key span, val span) bool {
+		switch w.name(key) {
+		case "apiVersion":
+			av = val
+		case "kind":
+			kind = val
+		case "metadata":
+			meta = val
+		case "spec":
+			spec = val
+		case "type", "object", "items", "rows":
+			return false // a watch event or a container: the general path
+		}
+		return true
+	})
+	if !ok || !av.isString(data) || !kind.isString(data) {
+		return false
+	}
+	apiVersion, k := w.text(av), w.text(kind)
+	group := ""
+	if g, _, found := strings.Cut(apiVersion, "/"); found {
+		group = g
+	}
+	if !fastEligible(group, k) {
+		return false
+	}
+	if na, nk, renamed := r.gvk(d, apiVersion, k); renamed {
+		e.setSpan(av, quote(na))
+		if nk != k {
+			e.setSpan(kind, quote(nk))
+		}
+	}
+	if meta.valid() && data[meta.start] == '{' {
+		r.fastMetadata(d, w, meta, k, e)
+	}
+	if spec.valid() && data[spec.start] == '{' && len(r.prefixes) > 0 && r.mentionsString(d, w.str(spec)) {
+		r.templateEdits(d, e, w.result(spec))
+	}
+	return !w.bail
+}
+
+// fastMetadata renames label, annotation and finalizer keys, ownerReferences and managedFields.
+func (r *Rules) fastMetadata(d direction, w *walker, meta span, kind string, e *editor) {
+	w.members(meta.start, func(key, val span) bool {
+		switch w.name(key) {
+		case "labels":
+			if len(r.prefixes) > 0 && w.b[val.start] == '{' {
+				w.members(val.start, func(k, _ span) bool {
+					if nk, ok := r.key(d, w.text(k)); ok {
+						e.setSpan(k, quote(nk))
+					}
+					return true
+				})
+			}
+		case "annotations":
+			if w.b[val.start] == '{' && r.mentionsString(d, w.str(val)) {
+				w.members(val.start, func(k, v span) bool {
+					name := w.text(k)
+					if nk, ok := r.key(d, name); ok && len(r.prefixes) > 0 {
+						e.setSpan(k, quote(nk))
+					}
+					if name == lastApplied && v.isString(w.b) {
+						s := w.result(v).Str // JSON in a string: unescaped
+						if r.mentionsString(d, s) && gjson.Valid(s) && gjson.Parse(s).IsObject() {
+							if nv, err := r.object(d, []byte(s), typeHint{}); err == nil && string(nv) != s {
+								e.setSpan(v, quote(string(nv)))
+							}
+						}
+					}
+					return true
+				})
+			}
+		case "finalizers":
+			if len(r.prefixes) > 0 && w.b[val.start] == '[' {
+				w.elements(val.start, func(v span) {
+					if v.isString(w.b) {
+						if nk, ok := r.key(d, w.text(v)); ok {
+							e.setSpan(v, quote(nk))
+						}
+					}
+				})
+			}
+		case "ownerReferences":
+			if w.b[val.start] == '[' {
+				w.elements(val.start, func(ref span) {
+					if w.b[ref.start] != '{' {
+						return
+					}
+					var av, k span
+					w.members(ref.start, func(key, v span) bool {
+						switch w.name(key) {
+						case "apiVersion":
+							av = v
+						case "kind":
+							k = v
+						}
+						return true
+					})
+					if av.isString(w.b) {
+						kindStr := ""
+						if k.isString(w.b) {
+							kindStr = w.text(k)
+						}
+						if na, nk, ok := r.gvk(d, w.text(av), kindStr); ok {
+							e.setSpan(av, quote(na))
+							if k.isString(w.b) && nk != kindStr {
+								e.setSpan(k, quote(nk))
+							}
+						}
+					}
+				})
+			}
+		case "managedFields":
+			if w.b[val.start] == '[' && r.mentionsString(d, w.str(val)) {
+				w.elements(val.start, func(mf span) {
+					if w.b[mf.start] == '{' {
+						r.fastManagedFields(d, w, mf, kind, e)
+					}
+				})
+			}
+		}
+		return true
+	})
+}
+
+// fastManagedFields renames one managedFields entry.
+func (r *Rules) fastManagedFields(d direction, w *walker, mf span, kind string, e *editor) {
+	w.members(mf.start, func(key, v span) bool {
+		switch w.name(key) {
+		case "apiVersion":
+			if v.isString(w.b) {
+				if na, _, ok := r.gvk(d, w.text(v), kind); ok {
+					e.setSpan(v, quote(na))
+				}
+			}
+		case "fieldsV1":
+			if len(r.prefixes) == 0 || w.b[v.start] != '{' {
+				return true
+			}
+			w.members(v.start, func(k, fm span) bool {
+				if w.name(k) != "f:metadata" || w.b[fm.start] != '{' {
+					return true
+				}
+				w.members(fm.start, func(k, set span) bool {
+					field := w.name(k)
+					if (field != "f:labels" && field != "f:annotations" && field != "f:finalizers") || w.b[set.start] != '{' {
+						return true
+					}
+					w.members(set.start, func(item, _ span) bool {
+						if field != "f:finalizers" {
+							if name := w.text(item); strings.HasPrefix(name, "f:") {
+								if nk, ok := r.keyWithin(d, "f:", name[2:]); ok {
+									e.setSpan(item, quote(nk))
+								}
+							}
+							return true
+						}
+						// `v:"<finalizer>"`, as it is written in JSON: "v:\"<finalizer>\"".
+						raw := w.str(item.inner())
+						if val, ok := strings.CutPrefix(raw, `v:\"`); ok {
+							if val, ok = strings.CutSuffix(val, `\"`); ok && strings.IndexByte(val, '\\') < 0 {
+								if nk, ok := r.key(d, val); ok {
+									e.setSpan(item, quote("v:"+quote(nk)))
+								}
+								return true
+							}
+						}
+						if strings.HasPrefix(raw, "v:") {
+							w.bail = true // another escape: the general path unescapes
+						}
+						return true
+					})
+					return true
+				})
+				return true
+			})
+		}
+		return true
+	})
+}
+
+// span is a JSON value's (or key's) place in the document: [start, end).
+type span struct{ start, end int }
+
+func (s span) valid() bool { return s.end > s.start }
+
+// inner is a string's place without its quotes.
+func (s span) inner() span { return span{s.start + 1, s.end - 1} }
+
+func (s span) isString(b []byte) bool { return s.valid() && b[s.start] == '"' }
+
+// setSpan replaces the value at s with raw JSON.
+func (e *editor) setSpan(s span, raw string) {
+	if e.err == nil {
+		e.edits = append(e.edits, edit{start: s.start, end: s.end, raw: raw})
+	}
+}
+
+// walker walks valid JSON (checked before).
+type walker struct {
+	b []byte
+	// bail is set when a string that may need renaming holds escapes: the general path
+	// unescapes them.
+	bail bool
+}
+
+// name returns a member name without its quotes (escapes stay: names compared with
+// constants never hold any).
+func (w *walker) name(s span) string { return w.str(s.inner()) }
+
+// text returns a string value's text; one with escapes sets bail.
+func (w *walker) text(s span) string {
+	if !s.isString(w.b) {
+		return ""
+	}
+	t := w.str(s.inner())
+	if strings.IndexByte(t, '\\') >= 0 {
+		w.bail = true
+	}
+	return t
+}
+
+// stringEnd returns the end of the string that starts at i (its opening quote).
+func (w *walker) stringEnd(i int) int {
+	j := i + 1
+	for {
+		q := bytes.IndexByte(w.b[j:], '"')
+		if q < 0 {
+			return len(w.b)
+		}
+		j += q
+		// A quote after an odd number of backslashes is escaped.
+		n := 0
+		for k := j - 1; k > i && w.b[k] == '\\'; k-- {
+			n++
+		}
+		if n%2 == 0 {
+			return j + 1
+		}
+		j++
+	}
+}
+
+// str returns the bytes of s as a string, without a copy; it lives as long as the document.
+func (w *walker) str(s span) string {
+	if !s.valid() {
+		return ""
+	}
+	return unsafe.String(&w.b[s.start], s.end-s.start)
+}
+
+// result returns a gjson result of s with its offset, for the general path's helpers.
+func (w *walker) result(s span) gjson.Result {
+	r := gjson.Parse(w.str(s))
+	r.Index = s.start
+	return r
+}
+
+func (w *walker) space(i int) int {
+	for i < len(w.b) {
+		switch w.b[i] {
+		case ' ', '\t', '\r', '\n':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// skip returns the end of the value that starts at i.
+func (w *walker) skip(i int) int {
+	switch w.b[i] {
+	case '"':
+		return w.stringEnd(i)
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(w.b); j++ {
+			switch w.b[j] {
+			case '"':
+				j = w.stringEnd(j) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return j + 1
+				}
+			}
+		}
+		return len(w.b)
+	default:
+		j := i
+		for j < len(w.b) {
+			switch w.b[j] {
+			case ',', '}', ']', ' ', '\t', '\r', '\n':
+				return j
+			}
+			j++
+		}
+		return j
+	}
+}
+
+// members calls f with each member of the object that starts at i, until f returns false; it
+// returns whether it went through all of them.
+func (w *walker) members(i int, f func(key, val span) bool) bool {
+	i = w.space(i + 1)
+	for i < len(w.b) && w.b[i] != '}' {
+		if w.b[i] == ',' {
+			i = w.space(i + 1)
+		}
+		ks := i
+		ke := w.skip(i)
+		i = w.space(w.space(ke) + 1) // past ':'
+		ve := w.skip(i)
+		if !f(span{ks, ke}, span{i, ve}) {
+			return false
+		}
+		i = w.space(ve)
+	}
+	return true
+}
+
+// elements calls f with each element of the array that starts at i.
+func (w *walker) elements(i int, f func(val span)) {
+	i = w.space(i + 1)
+	for i < len(w.b) && w.b[i] != ']' {
+		if w.b[i] == ',' {
+			i = w.space(i + 1)
+		}
+		ve := w.skip(i)
+		f(span{i, ve})
+		i = w.space(ve)
+	}
+}

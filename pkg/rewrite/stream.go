@@ -1,0 +1,500 @@
+package rewrite
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/tidwall/gjson"
+)
+
+// maxValue bounds one JSON value held in memory while a response streams: one list item, one
+// watch event, or the members of a list before its items.
+const maxValue = 64 << 20
+
+// maxDocument bounds a discovery or OpenAPI document, which is rewritten whole.
+const maxDocument = 256 << 20
+
+// ErrTooLarge is returned when one value of a response is larger than the rewriter holds.
+var ErrTooLarge = errors.New("a JSON value of the response is too large to rewrite")
+
+// scanner reads raw JSON values from a stream.
+type scanner struct {
+	r   *bufio.Reader
+	max int
+}
+
+// peek skips whitespace and returns the next byte without consuming it.
+func (s *scanner) peek() (byte, error) {
+	for {
+		c, err := s.r.ReadByte()
+		if err != nil {
+			return 0, err
+		}
+		switch c {
+		case ' ', '\t', '\r', '\n':
+			continue
+		}
+		return c, s.r.UnreadByte()
+	}
+}
+
+// expect consumes byte c after whitespace.
+func (s *scanner) expect(c byte) error {
+	got, err := s.peek()
+	if err != nil {
+		return unexpectedEOF(err)
+	}
+	if got != c {
+		return fmt.Errorf("malformed JSON: expected %q, found %q", c, got)
+	}
+	_, _ = s.r.ReadByte()
+	return nil
+}
+
+func unexpectedEOF(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// value reads one complete JSON value after whitespace, appended to buf. It checks nesting
+// and strings, not the grammar of literals; rewriting validates what it parses.
+func (s *scanner) value(buf []byte) ([]byte, error) {
+	c, err := s.peek()
+	if err != nil {
+		return buf, unexpectedEOF(err)
+	}
+	start := len(buf)
+	switch c {
+	case '{', '[', '"':
+		// Scan what the reader has buffered in bulk: nesting and strings only.
+		depth := 0
+		inString, escaped := false, false
+		for {
+			if _, err := s.r.Peek(1); err != nil {
+				return buf, unexpectedEOF(err)
+			}
+			chunk, _ := s.r.Peek(s.r.Buffered())
+			end := -1
+			for i := 0; i < len(chunk); i++ {
+				c := chunk[i]
+				if inString {
+					if escaped {
+						escaped = false
+						continue
+					}
+					// Skip to the next quote or backslash.
+					j := bytes.IndexByte(chunk[i:], '"')
+					if j < 0 {
+						j = len(chunk) - i
+					}
+					if b := bytes.IndexByte(chunk[i:i+j], '\\'); b >= 0 {
+						i += b
+						escaped = true
+						continue
+					}
+					i += j
+					if i == len(chunk) {
+						break
+					}
+					inString = false
+					if depth == 0 {
+						end = i + 1
+					}
+				} else {
+					switch c {
+					case '"':
+						inString = true
+					case '{', '[':
+						depth++
+					case '}', ']':
+						depth--
+						if depth == 0 {
+							end = i + 1
+						}
+					}
+				}
+				if end >= 0 {
+					break
+				}
+			}
+			if end < 0 {
+				end = len(chunk)
+			}
+			buf = append(buf, chunk[:end]...)
+			_, _ = s.r.Discard(end)
+			if len(buf)-start > s.max {
+				return buf, ErrTooLarge
+			}
+			if (depth == 0 && !inString) || (end < len(chunk)) {
+				return buf, nil
+			}
+		}
+	case ',', ':', '}', ']':
+		return buf, fmt.Errorf("malformed JSON: unexpected %q", c)
+	default:
+		for {
+			c, err := s.r.ReadByte()
+			if err == io.EOF && len(buf) > start {
+				return buf, nil
+			}
+			if err != nil {
+				return buf, unexpectedEOF(err)
+			}
+			switch c {
+			case ',', '}', ']', ' ', '\t', '\r', '\n':
+				return buf, s.r.UnreadByte()
+			}
+			buf = append(buf, c)
+			if len(buf)-start > s.max {
+				return buf, ErrTooLarge
+			}
+		}
+	}
+}
+
+// response returns the streaming rewriter of a response of this request.
+func (q Request) response(in io.Reader) io.Reader {
+	switch q.Class {
+	case Discovery, OpenAPI:
+		return &documentReader{q: q, in: in}
+	}
+	return &streamReader{q: q, s: &scanner{r: bufio.NewReaderSize(in, 64<<10), max: maxValue}, watch: q.Watch}
+}
+
+// streamReader rewrites a JSON response as it is read: a watch stream event by event, an
+// object whole, and Lists and Tables item by item (their other members whole).
+type streamReader struct {
+	q     Request
+	s     *scanner
+	watch bool
+
+	out   []byte // rewritten bytes not read yet
+	off   int
+	err   error
+	state int  // 0 start, 1 members, 2 array elements, 3 after the object
+	first bool // no element of the array read yet
+	// emitted is true once an element of the array is written.
+	emitted bool
+	// head holds the members before items or rows while they are read, so that kind and
+	// apiVersion are rewritten together.
+	head      []byte
+	headDone  bool
+	tail      []byte // members after items or rows
+	headCount int
+	arrayKey  string
+	itemHint  typeHint
+	buf       []byte
+}
+
+func (s *streamReader) Read(p []byte) (int, error) {
+	for s.off == len(s.out) {
+		if s.err != nil {
+			return 0, s.err
+		}
+		s.out, s.off = s.out[:0], 0
+		s.err = s.step()
+	}
+	n := copy(p, s.out[s.off:])
+	s.off += n
+	return n, nil
+}
+
+// step appends the next piece of output to s.out.
+func (s *streamReader) step() error {
+	r := s.q.rules
+	if s.watch {
+		c, err := s.s.peek()
+		if err != nil {
+			return err // io.EOF ends the stream cleanly
+		}
+		if c != '{' {
+			return fmt.Errorf("malformed watch stream: expected an event object, found %q", c)
+		}
+		v, err := s.s.value(s.buf[:0])
+		s.buf = v
+		if err != nil {
+			return err
+		}
+		if s.q.crds() && r.hiddenCRD(v) {
+			return nil
+		}
+		nv, err := r.object(toPresented, v, s.q.hint())
+		if err != nil {
+			return fmt.Errorf("watch event: %w", err)
+		}
+		s.out = append(append(s.out, nv...), '\n')
+		return nil
+	}
+	switch s.state {
+	case 0:
+		c, err := s.s.peek()
+		if err != nil {
+			return err
+		}
+		if c != '{' {
+			// Not an object: nothing of ours to rename.
+			s.state = 3
+			return nil
+		}
+		_, _ = s.s.r.ReadByte()
+		s.head = append(s.head[:0], '{')
+		s.state = 1
+		return nil
+	case 1:
+		c, err := s.s.peek()
+		if err != nil {
+			return unexpectedEOF(err)
+		}
+		if c == '}' {
+			_, _ = s.s.r.ReadByte()
+			s.state = 3
+			if !s.headDone {
+				s.head = append(s.head, '}')
+				nv, err := r.object(toPresented, s.head, s.q.hint())
+				if err != nil {
+					return err
+				}
+				s.out = append(s.out, nv...)
+				return nil
+			}
+			if len(s.tail) > 0 {
+				tail, err := r.listTail(toPresented, s.tail, s.head)
+				if err != nil {
+					return err
+				}
+				s.out = append(append(s.out, ','), tail...)
+			}
+			s.out = append(s.out, '}')
+			return nil
+		}
+		comma := false
+		if c == ',' {
+			_, _ = s.s.r.ReadByte()
+			comma = true
+		}
+		key, err := s.s.value(s.buf[:0])
+		s.buf = key
+		if err != nil {
+			return err
+		}
+		if len(key) == 0 || key[0] != '"' {
+			return fmt.Errorf("malformed JSON: expected a member name")
+		}
+		if err := s.s.expect(':'); err != nil {
+			return err
+		}
+		name := gjson.ParseBytes(key).Str
+		next, err := s.s.peek()
+		if err != nil {
+			return unexpectedEOF(err)
+		}
+		if (name == "items" || name == "rows") && next == '[' {
+			_, _ = s.s.r.ReadByte()
+			if !s.headDone {
+				s.headDone = true
+				headObj := append(s.head, '}')
+				nv, err := r.object(toPresented, headObj, typeHint{})
+				if err != nil {
+					return err
+				}
+				nv = bytes.TrimRight(nv, " \t\r\n")
+				s.out = append(s.out, nv[:len(nv)-1]...) // without its closing brace
+				if s.headCount > 0 {
+					s.out = append(s.out, ',')
+				}
+				h := gjson.ParseBytes(headObj)
+				if name == "items" {
+					kind := h.Get("kind").String()
+					if len(kind) > 4 && kind[len(kind)-4:] == "List" {
+						s.itemHint = typeHint{apiVersion: h.Get("apiVersion").String(), kind: kind[:len(kind)-4]}
+					}
+					if s.itemHint.kind == "" || s.q.Class == Objects {
+						if hh := s.q.hint(); hh.kind != "" {
+							s.itemHint = hh
+						}
+					}
+				}
+			} else if comma {
+				s.out = append(s.out, ',')
+			}
+			s.out = append(s.out, key...)
+			s.out = append(s.out, ':', '[')
+			s.arrayKey, s.first, s.emitted, s.state = name, true, false, 2
+			return nil
+		}
+		if s.headDone {
+			// Members after items (unstructured lists put kind there): kept until the end.
+			if len(s.tail) > 0 {
+				s.tail = append(s.tail, ',')
+			}
+			s.tail = append(s.tail, key...)
+			s.tail = append(s.tail, ':')
+			s.tail, err = s.s.value(s.tail)
+			if err == nil && len(s.tail) > maxValue {
+				err = ErrTooLarge
+			}
+			return err
+		}
+		if s.headCount > 0 {
+			s.head = append(s.head, ',')
+		}
+		s.headCount++
+		s.head = append(s.head, key...)
+		s.head = append(s.head, ':')
+		s.head, err = s.s.value(s.head)
+		if err == nil && len(s.head) > maxValue {
+			err = ErrTooLarge
+		}
+		return err
+	case 2:
+		c, err := s.s.peek()
+		if err != nil {
+			return unexpectedEOF(err)
+		}
+		if c == ']' {
+			_, _ = s.s.r.ReadByte()
+			s.out = append(s.out, ']')
+			s.state = 1
+			return nil
+		}
+		if !s.first {
+			if err := s.s.expect(','); err != nil {
+				return err
+			}
+		}
+		s.first = false
+		v, err := s.s.value(s.buf[:0])
+		s.buf = v
+		if err != nil {
+			return err
+		}
+		if s.q.crds() && r.hiddenCRD(v) {
+			return nil
+		}
+		if s.emitted {
+			s.out = append(s.out, ',')
+		}
+		s.emitted = true
+		var nv []byte
+		if s.arrayKey == "rows" {
+			nv, err = r.row(v, s.q.hint())
+		} else {
+			nv, err = r.object(toPresented, v, s.itemHint)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.arrayKey, err)
+		}
+		s.out = append(s.out, nv...)
+		return nil
+	}
+	// After the object (or a body that is not an object): copy the rest.
+	chunk := make([]byte, 32<<10)
+	n, err := s.s.r.Read(chunk)
+	s.out = append(s.out, chunk[:n]...)
+	return err
+}
+
+// hiddenCRD reports whether a CRD (an object, a Table row, or a watch event of either) is of
+// a target group that the mount does not present, because its name is a presented name: the
+// presented group is the renamed one, and a second CRD of that name would be a duplicate.
+func (r *Rules) hiddenCRD(v []byte) bool {
+	doc := gjson.ParseBytes(v)
+	if o := doc.Get("object"); o.IsObject() && doc.Get("type").Exists() {
+		doc = o // a watch event
+	}
+	if doc.Get("kind").Str == "Table" {
+		return false // a Table in a watch event: its rows stay
+	}
+	name := doc.Get("metadata.name").Str
+	if o := doc.Get("object"); o.IsObject() {
+		name = o.Get("metadata.name").Str // a Table row
+	}
+	group := doc.Get("spec.group").Str
+	if group == "" {
+		_, group, _ = strings.Cut(name, ".")
+	}
+	if group == "" {
+		return false
+	}
+	rs, drop := r.presentedGroups(group)
+	return drop && len(rs) == 0
+}
+
+// listTail rewrites the members of a list that follow its items (tail, without braces),
+// taking apiVersion or kind from the members before them (head, an open object).
+func (r *Rules) listTail(d direction, tail, head []byte) ([]byte, error) {
+	obj := append(append([]byte{'{'}, tail...), '}')
+	if !gjson.ValidBytes(obj) {
+		return nil, fmt.Errorf("malformed JSON after the list's items")
+	}
+	h := gjson.ParseBytes(append(append([]byte(nil), head...), '}'))
+	t := gjson.ParseBytes(obj)
+	av, kind := t.Get("apiVersion"), t.Get("kind")
+	apiVersion, k := av.String(), kind.String()
+	if !av.Exists() {
+		apiVersion = h.Get("apiVersion").String()
+	}
+	if !kind.Exists() {
+		k = h.Get("kind").String()
+	}
+	e := &editor{data: obj}
+	if na, nk, ok := r.gvk(d, apiVersion, k); ok {
+		if av.Type == gjson.String {
+			e.setString(av, na)
+		}
+		if kind.Type == gjson.String {
+			e.setString(kind, nk)
+		}
+	}
+	out, err := e.bytes()
+	if err != nil {
+		return nil, err
+	}
+	out = bytes.TrimSpace(out)
+	return out[1 : len(out)-1], nil
+}
+
+// row rewrites one Table row: its object, if the table includes objects.
+func (r *Rules) row(v []byte, hint typeHint) ([]byte, error) {
+	if !r.mentions(toPresented, v) {
+		return v, nil
+	}
+	if !gjson.ValidBytes(v) {
+		return nil, fmt.Errorf("malformed JSON")
+	}
+	e := &editor{data: v}
+	r.rowEdits(toPresented, e, gjson.ParseBytes(v), hint)
+	return e.bytes()
+}
+
+// documentReader reads a discovery or OpenAPI document whole, then returns it rewritten.
+type documentReader struct {
+	q    Request
+	in   io.Reader
+	out  *bytes.Reader
+	done bool
+}
+
+func (d *documentReader) Read(p []byte) (int, error) {
+	if d.out == nil {
+		data, err := io.ReadAll(io.LimitReader(d.in, maxDocument+1))
+		if err != nil {
+			return 0, err
+		}
+		if len(data) > maxDocument {
+			return 0, ErrTooLarge
+		}
+		out, err := d.q.document(data)
+		if err != nil {
+			return 0, err
+		}
+		d.out = bytes.NewReader(out)
+	}
+	return d.out.Read(p)
+}
