@@ -101,7 +101,7 @@ func (h *requestHandler) relayWebhooks(ctx context.Context, kind string, body []
 			return false
 		}
 		if cc.Service != nil || cc.URL == nil {
-			werr = &errWebhookRefused{fmt.Sprintf("webhooks[%d].clientConfig: a renaming mount relays webhooks with clientConfig.url only; clientConfig.service is not relayed yet", i.Int())}
+			werr = &errWebhookRefused{fmt.Sprintf("webhooks[%d].clientConfig: a renaming mount relays webhooks with clientConfig.url only: clientConfig.service is not relayed, since the target's service proxy, the relay's only way to a service, does not verify a service's certificate against caBundle; register the webhook with clientConfig.url, at an address mount-apiserver reaches", i.Int())}
 			return false
 		}
 		if _, dup := rec.Webhooks[whName]; dup || whName == "" {

@@ -410,4 +410,12 @@ func testServiceProxyReach(ctx context.Context, t *testing.T, e *renamingEnv, ho
 	if err == nil {
 		t.Errorf("the service proxy reached a loopback webhook: relay clientConfig.service now")
 	}
+
+	// So a webhook registered by Service through the mount is refused, saying why.
+	byService := `{"apiVersion":"admissionregistration.k8s.io/v1","kind":"ValidatingWebhookConfiguration","metadata":{"name":"by-service"},"webhooks":[{"name":"svc.vms.example.com",` +
+		`"clientConfig":{"service":{"namespace":"hooks","name":"selectorless","port":` + port + `}},"rules":[{"operations":["CREATE"],"apiGroups":["kubevirt.io"],"apiVersions":["v1"],"resources":["virtualmachines"]}],` +
+		`"sideEffects":"None","admissionReviewVersions":["v1"]}]}`
+	if out, err := e.kubectl(t, "", byService, nil, "create", "-f", "-"); err == nil || !strings.Contains(out, "does not verify a service's certificate against caBundle") {
+		t.Errorf("a webhook configuration by Service through the mount: %v\n%s", err, out)
+	}
 }
