@@ -358,6 +358,14 @@ webhooks:
 		}
 	}
 
+	// A patch that does not apply gets a clear 422 and changes nothing.
+	if out, err := e.kubectl(t, "", "", nil, "patch", "validatingwebhookconfiguration", "vm-applied", "--type=json", "-p", `[{"op":"test","path":"/webhooks/0/name","value":"other"}]`); err == nil || !strings.Contains(out, "the patch does not apply to webhook configuration") {
+		t.Errorf("a JSON patch whose test fails: %v\n%s", err, out)
+	}
+	if w := onTarget().Webhooks[0]; *w.ClientConfig.URL != third {
+		t.Errorf("a refused patch changed the relay URL: %s", *w.ClientConfig.URL)
+	}
+
 	testServiceProxyReach(ctx, t, e, hook.URL)
 
 	// Server-side apply is refused, saying why.
