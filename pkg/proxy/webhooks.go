@@ -265,7 +265,7 @@ func (h *requestHandler) patchWebhookConfig(ctx context.Context, out *http.Reque
 	case types.JSONPatchType, types.MergePatchType, types.StrategicMergePatchType:
 	default:
 		return nil, &errWebhookPatch{newStatus(http.StatusUnsupportedMediaType, metav1.StatusReasonUnsupportedMediaType, fmt.Sprintf(
-			"mount %q renames APIs and relays webhooks: webhook configurations are patched through it with JSON, merge or strategic merge patches only; server-side apply is not supported, since the target merges an applied configuration itself, after the relay URLs of its webhooks are set: use kubectl apply without --server-side, or kubectl replace", h.mount.Name))}
+			"mount %q renames APIs and relays webhooks: webhook configurations are patched through it with JSON, merge or strategic merge patches only; server-side apply is not supported, since the relay URLs and record would become fields of every applier and conflict between field managers: use kubectl apply without --server-side, or kubectl replace", h.mount.Name))}
 	}
 	location.RawQuery = ""
 	get, err := http.NewRequestWithContext(ctx, http.MethodGet, location.String(), nil)
