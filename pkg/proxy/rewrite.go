@@ -179,11 +179,6 @@ func (h *requestHandler) rewriteRequest(w http.ResponseWriter, out *http.Request
 	if rq.Class == rewrite.Objects {
 		webhooks = webhookKind(rq.Path)
 	}
-	if webhooks != "" && out.Method == http.MethodPatch {
-		writeStatus(w, newStatus(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, fmt.Sprintf(
-			"mount %q renames APIs and points the webhooks written through it at its admission relay: write webhook configurations whole (create, or update as kubectl replace does), not by patch", h.mount.Name)))
-		return false
-	}
 	accept, ok := negotiateJSON(out.Header.Values("Accept"))
 	if !ok {
 		writeStatus(w, newStatus(http.StatusNotAcceptable, metav1.StatusReasonNotAcceptable, fmt.Sprintf(
@@ -226,6 +221,24 @@ func (h *requestHandler) rewriteRequest(w http.ResponseWriter, out *http.Request
 				writeStatus(w, newStatus(http.StatusBadRequest, metav1.StatusReasonBadRequest, fmt.Sprintf("mount %q renames APIs and cannot rewrite this body: %v", h.mount.Name, err)))
 			}
 			return false
+		}
+		if webhooks != "" && out.Method == http.MethodPatch {
+			// The patch is applied here to the configuration as the caller sees it, and the
+			// result sent as an update, so that every webhook in it is relayed again.
+			if rewritten, err = h.patchWebhookConfig(out.Context(), out, *location, webhooks, contentType, rewritten); err != nil {
+				var refused *errWebhookPatch
+				if errors.As(err, &refused) {
+					writeStatus(w, refused.status)
+				} else {
+					writeStatus(w, newStatus(http.StatusInternalServerError, metav1.StatusReasonInternalError, err.Error()))
+				}
+				return false
+			}
+			out.Method = http.MethodPut
+			out.Header.Set("Content-Type", "application/json")
+			query := location.Query()
+			query.Del("force") // apply only; PUT refuses it
+			location.RawQuery = query.Encode()
 		}
 		if webhooks != "" && (out.Method == http.MethodPost || out.Method == http.MethodPut) {
 			if rewritten, ok = h.serveWebhookWrite(out.Context(), w, webhooks, rewritten); !ok {

@@ -10,13 +10,17 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/admissionrelay/record"
 	"github.com/kcp-dev/mount-apiserver/pkg/clusters"
@@ -97,7 +101,7 @@ func (h *requestHandler) relayWebhooks(ctx context.Context, kind string, body []
 			return false
 		}
 		if cc.Service != nil || cc.URL == nil {
-			werr = &errWebhookRefused{fmt.Sprintf("webhooks[%d].clientConfig: a renaming mount relays webhooks with clientConfig.url only; clientConfig.service is not relayed yet", i.Int())}
+			werr = &errWebhookRefused{fmt.Sprintf("webhooks[%d].clientConfig: a renaming mount relays webhooks with clientConfig.url only: clientConfig.service is not relayed, since the target's service proxy, the relay's only way to a service, does not verify a service's certificate against caBundle; register the webhook with clientConfig.url, at an address mount-apiserver reaches", i.Int())}
 			return false
 		}
 		if _, dup := rec.Webhooks[whName]; dup || whName == "" {
@@ -241,4 +245,85 @@ func (e *eventRestorer) Read(p []byte) (int, error) {
 	n := copy(p, e.pending)
 	e.pending = e.pending[n:]
 	return n, nil
+}
+
+// errWebhookPatch is a patch of a webhook configuration that cannot be served, with the
+// Status the caller gets.
+type errWebhookPatch struct{ status *metav1.Status }
+
+func (e *errWebhookPatch) Error() string { return e.status.Message }
+
+// patchWebhookConfig turns a patch of a webhook configuration (already in target names) into
+// the whole configuration it makes, so that its webhooks can be relayed again: it reads the
+// configuration from the target with the caller's credentials, gives it back the
+// clientConfigs its writers wrote (what the caller sees through the mount), and applies the
+// patch to that. A patch therefore never touches a relay URL or record; the update that
+// follows carries the resourceVersion that was read, so a concurrent write makes it 409.
+func (h *requestHandler) patchWebhookConfig(ctx context.Context, out *http.Request, location url.URL, kind, contentType string, patch []byte) ([]byte, error) {
+	mt, _, _ := strings.Cut(contentType, ";")
+	switch mt = strings.TrimSpace(strings.ToLower(mt)); types.PatchType(mt) {
+	case types.JSONPatchType, types.MergePatchType, types.StrategicMergePatchType:
+	default:
+		return nil, &errWebhookPatch{newStatus(http.StatusUnsupportedMediaType, metav1.StatusReasonUnsupportedMediaType, fmt.Sprintf(
+			"mount %q renames APIs and relays webhooks: webhook configurations are patched through it with JSON, merge or strategic merge patches only; server-side apply is not supported, since the relay URLs and record would become fields of every applier and conflict between field managers: use kubectl apply without --server-side, or kubectl replace", h.mount.Name))}
+	}
+	location.RawQuery = ""
+	get, err := http.NewRequestWithContext(ctx, http.MethodGet, location.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	get.Header = out.Header.Clone()
+	for _, k := range []string{"Content-Type", "Content-Length", "Content-Encoding"} {
+		get.Header.Del(k)
+	}
+	get.Header.Set("Accept", "application/json")
+	res, err := h.target.PlainRoundTripper(get.Header, h.imp).RoundTrip(get)
+	if err != nil {
+		return nil, &errWebhookPatch{newStatus(http.StatusBadGateway, metav1.StatusReasonServiceUnavailable, fmt.Sprintf("mount %q: reading the webhook configuration to patch from the target failed", h.mount.Name))}
+	}
+	defer res.Body.Close()
+	current, err := io.ReadAll(io.LimitReader(res.Body, maxWebhookConfigBytes+1))
+	if err != nil || len(current) > maxWebhookConfigBytes {
+		return nil, &errWebhookPatch{newStatus(http.StatusBadGateway, metav1.StatusReasonServiceUnavailable, fmt.Sprintf("mount %q: the webhook configuration to patch is unreadable or too large", h.mount.Name))}
+	}
+	if res.StatusCode != http.StatusOK {
+		// The target's Status (not found, forbidden) names no renamed resource.
+		var s metav1.Status
+		if json.Unmarshal(current, &s) != nil || s.Kind != "Status" {
+			s = *newStatus(int32(res.StatusCode), metav1.StatusReasonUnknown, fmt.Sprintf("reading the webhook configuration to patch: the target answered %d", res.StatusCode))
+		}
+		s.Code = int32(res.StatusCode)
+		return nil, &errWebhookPatch{&s}
+	}
+	rv := gjson.GetBytes(current, "metadata.resourceVersion").String()
+	current = restoreWebhookConfig(current)
+
+	var patched []byte
+	switch types.PatchType(mt) {
+	case types.JSONPatchType:
+		var p jsonpatch.Patch
+		if p, err = jsonpatch.DecodePatch(patch); err == nil {
+			patched, err = p.Apply(current)
+		}
+	case types.MergePatchType:
+		patched, err = jsonpatch.MergePatch(current, patch)
+	case types.StrategicMergePatchType:
+		var schema any = &admissionregistrationv1.ValidatingWebhookConfiguration{}
+		if kind == record.Mutating {
+			schema = &admissionregistrationv1.MutatingWebhookConfiguration{}
+		}
+		patched, err = strategicpatch.StrategicMergePatch(current, patch, schema)
+	}
+	if err != nil {
+		return nil, &errWebhookPatch{newStatus(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, fmt.Sprintf("the patch does not apply to webhook configuration %q: %v", gjson.GetBytes(current, "metadata.name").String(), err))}
+	}
+	if !gjson.ValidBytes(patched) || !gjson.ParseBytes(patched).IsObject() {
+		return nil, &errWebhookPatch{newStatus(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, "the patched webhook configuration is not a JSON object")}
+	}
+	if gjson.GetBytes(patched, "metadata.resourceVersion").String() == "" && rv != "" {
+		if patched, err = sjson.SetBytes(patched, "metadata.resourceVersion", rv); err != nil {
+			return nil, err
+		}
+	}
+	return patched, nil
 }

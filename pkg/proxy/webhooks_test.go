@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -92,7 +95,7 @@ func TestRelayWebhooksRefuses(t *testing.T) {
 	}{
 		"no relay":   {nil, `{"metadata":{"name":"c"},"webhooks":[]}`, "no admission relay"},
 		"no name":    {relay, `{"metadata":{"generateName":"c-"},"webhooks":[]}`, "need metadata.name"},
-		"service":    {relay, `{"metadata":{"name":"c"},"webhooks":[{"name":"a","clientConfig":{"service":{"namespace":"n","name":"s"}}}]}`, "clientConfig.service is not relayed yet"},
+		"service":    {relay, `{"metadata":{"name":"c"},"webhooks":[{"name":"a","clientConfig":{"service":{"namespace":"n","name":"s"}}}]}`, "clientConfig.service is not relayed, since the target's service proxy"},
 		"no URL":     {relay, `{"metadata":{"name":"c"},"webhooks":[{"name":"a","clientConfig":{}}]}`, "clientConfig.url only"},
 		"same name":  {relay, `{"metadata":{"name":"c"},"webhooks":[{"name":"a","clientConfig":{"url":"https://x"}},{"name":"a","clientConfig":{"url":"https://y"}}]}`, "must be set and unique"},
 		"no JSON cc": {relay, `{"metadata":{"name":"c"},"webhooks":[{"name":"a","clientConfig":"x"}]}`, "does not decode"},
@@ -101,6 +104,18 @@ func TestRelayWebhooksRefuses(t *testing.T) {
 		var refused *errWebhookRefused
 		if !errors.As(err, &refused) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want a refusal saying %q", name, err, c.want)
+		}
+	}
+}
+
+func TestPatchWebhookConfigRefusesApply(t *testing.T) {
+	h := relayHandler(&AdmissionRelayConfig{URL: "https://relay", CABundle: []byte("ca")})
+	out := httptest.NewRequest(http.MethodPatch, "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/c", nil)
+	for _, ct := range []string{"application/apply-patch+yaml", "application/apply-patch+cbor", "text/plain"} {
+		_, err := h.patchWebhookConfig(context.Background(), out, url.URL{Scheme: "https", Host: "target.invalid"}, record.Validating, ct, []byte(`{}`))
+		var refused *errWebhookPatch
+		if !errors.As(err, &refused) || refused.status.Code != http.StatusUnsupportedMediaType || !strings.Contains(err.Error(), "server-side apply is not supported") {
+			t.Errorf("%s: %v, want a 415 saying server-side apply is not supported", ct, err)
 		}
 	}
 }
