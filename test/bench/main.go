@@ -16,7 +16,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -33,6 +32,7 @@ import (
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
 	clientset "github.com/kcp-dev/mount-apiserver/pkg/generated/clientset/versioned"
+	"github.com/kcp-dev/mount-apiserver/test/bench/measure"
 	"github.com/kcp-dev/mount-apiserver/test/integration/framework"
 )
 
@@ -146,7 +146,7 @@ func run(requests, listMB, lists int) error {
 		if paths[i].client != nil {
 			return paths[i].client, nil
 		}
-		return client(paths[i].cfg)
+		return measure.Client(paths[i].cfg)
 	}
 
 	for _, proc := range []*process{floor.process, mountProc} {
@@ -173,7 +173,7 @@ func run(requests, listMB, lists int) error {
 				}
 			}
 			start := time.Now()
-			samples, err := timeGets(c, p.base+"/api/v1/namespaces/default", requests)
+			samples, err := measure.TimeGets(c, p.base+"/api/v1/namespaces/default", requests)
 			if err != nil {
 				return fmt.Errorf("%s: %w", p.name, err)
 			}
@@ -223,7 +223,7 @@ func run(requests, listMB, lists int) error {
 		if err != nil {
 			return err
 		}
-		mbps, size, err := listThroughput(c, p.base+"/api/v1/namespaces/bench/configmaps", lists)
+		mbps, size, err := measure.ListThroughput(c, p.base+"/api/v1/namespaces/bench/configmaps", lists)
 		if err != nil {
 			return fmt.Errorf("%s: %w", p.name, err)
 		}
@@ -241,7 +241,7 @@ func run(requests, listMB, lists int) error {
 	if err != nil {
 		return err
 	}
-	if _, err := timeGets(c, paths[2].base+"/api/v1/namespaces/default", 1000); err != nil {
+	if _, err := measure.TimeGets(c, paths[2].base+"/api/v1/namespaces/default", 1000); err != nil {
 		return err
 	}
 	after, err := upstreamConnections(admin)
@@ -315,70 +315,6 @@ func createBenchMount(ctx context.Context, cfg *rest.Config) error {
 	_, err = mounts.MountsV1alpha1().Mounts().Create(ctx, &v1alpha1.Mount{ObjectMeta: metav1.ObjectMeta{Name: "bench"},
 		Spec: v1alpha1.MountSpec{Ref: v1alpha1.ObjectReference{Namespace: "clusters", Name: "bench"}}}, metav1.CreateOptions{})
 	return err
-}
-
-func client(cfg *rest.Config) (*http.Client, error) {
-	tlsConfig, err := rest.TLSConfigFor(cfg)
-	if err != nil {
-		return nil, err
-	}
-	// The same transport settings client-go uses: keep-alives, HTTP/2.
-	return &http.Client{Timeout: time.Minute, Transport: &http.Transport{TLSClientConfig: tlsConfig, ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 16}}, nil
-}
-
-func timeGets(c *http.Client, url string, n int) ([]time.Duration, error) {
-	get := func() error {
-		resp, err := c.Get(url)
-		if err != nil {
-			return err
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("GET %s: %d", url, resp.StatusCode)
-		}
-		return nil
-	}
-	for range 50 {
-		if err := get(); err != nil {
-			return nil, err
-		}
-	}
-	samples := make([]time.Duration, 0, n)
-	for range n {
-		start := time.Now()
-		if err := get(); err != nil {
-			return nil, err
-		}
-		samples = append(samples, time.Since(start))
-	}
-	slices.Sort(samples)
-	return samples, nil
-}
-
-func listThroughput(c *http.Client, url string, n int) (float64, int64, error) {
-	var total int64
-	var elapsed time.Duration
-	for i := range n + 2 {
-		start := time.Now()
-		resp, err := c.Get(url)
-		if err != nil {
-			return 0, 0, err
-		}
-		size, err := io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			return 0, 0, err
-		}
-		if resp.StatusCode != http.StatusOK {
-			return 0, 0, fmt.Errorf("LIST %s: %d", url, resp.StatusCode)
-		}
-		if i >= 2 { // two warm-up lists
-			total += size
-			elapsed += time.Since(start)
-		}
-	}
-	return float64(total) / 1e6 / elapsed.Seconds(), total / int64(n), nil
 }
 
 func upstreamConnections(admin *rest.Config) (int, error) {

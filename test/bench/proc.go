@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/kcp-dev/mount-apiserver/test/bench/measure"
 	"github.com/kcp-dev/mount-apiserver/test/integration/framework"
 )
 
@@ -155,7 +156,7 @@ func startBareProxy(dir string, remote *framework.KubeAPIServer) (*bareProxy, er
 		return nil, err
 	}
 	caData := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	c, err := client(&rest.Config{TLSClientConfig: rest.TLSClientConfig{CAData: caData}})
+	c, err := measure.Client(&rest.Config{TLSClientConfig: rest.TLSClientConfig{CAData: caData}})
 	if err != nil {
 		stop()
 		return nil, err
@@ -220,7 +221,7 @@ func serveBareProxy(kubeconfig string) error {
 // of GETs to url as cfg says, on a pass of their own so that profiling does not touch the
 // measured one.
 func profile(admin, cfg *rest.Config, url string, seconds int) error {
-	c, err := client(cfg)
+	c, err := measure.Client(cfg)
 	if err != nil {
 		return err
 	}
@@ -237,7 +238,7 @@ func profile(admin, cfg *rest.Config, url string, seconds int) error {
 		}()
 	}
 	for end := time.Now().Add(time.Duration(seconds) * time.Second); time.Now().Before(end); {
-		if _, err := timeGets(c, url, 100); err != nil {
+		if _, err := measure.TimeGets(c, url, 100); err != nil {
 			return err
 		}
 	}

@@ -39,6 +39,7 @@ import (
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
 	clientset "github.com/kcp-dev/mount-apiserver/pkg/generated/clientset/versioned"
+	"github.com/kcp-dev/mount-apiserver/test/bench/measure"
 	"github.com/kcp-dev/mount-apiserver/test/integration/framework"
 )
 
@@ -149,7 +150,7 @@ func run(requests, listMB, lists, execs, rounds int) error {
 		{name: "tunnel, Agent creds", cfg: direct, base: mountBase("bench-agent")},
 	}
 	for _, p := range paths {
-		if p.client, err = client(p.cfg); err != nil {
+		if p.client, err = measure.Client(p.cfg); err != nil {
 			return err
 		}
 		if err := waitOK(ctx, p.client, p.base+"/api"); err != nil {
@@ -166,7 +167,7 @@ func run(requests, listMB, lists, execs, rounds int) error {
 		fmt.Printf("small GET (/api/v1/namespaces/default), %d sequential; ratios: against direct, against the plain mount\n", requests)
 		var p50s, p99s []time.Duration
 		for i, p := range paths {
-			samples, err := timeGets(p.client, p.base+"/api/v1/namespaces/default", requests)
+			samples, err := measure.TimeGets(p.client, p.base+"/api/v1/namespaces/default", requests)
 			if err != nil {
 				return fmt.Errorf("%s: %w", p.name, err)
 			}
@@ -183,7 +184,7 @@ func run(requests, listMB, lists, execs, rounds int) error {
 		fmt.Printf("LIST of ~%d MB (/api/v1/namespaces/bench/configmaps), %d each\n", listMB, lists)
 		var mbs []float64
 		for i, p := range paths {
-			mbps, size, err := listThroughput(p.client, p.base+"/api/v1/namespaces/bench/configmaps", lists)
+			mbps, size, err := measure.ListThroughput(p.client, p.base+"/api/v1/namespaces/bench/configmaps", lists)
 			if err != nil {
 				return fmt.Errorf("%s: %w", p.name, err)
 			}
@@ -292,15 +293,6 @@ func setup(ctx context.Context, host, remote *framework.KubeAPIServer, listMB in
 	return nil
 }
 
-func client(cfg *rest.Config) (*http.Client, error) {
-	tlsConfig, err := rest.TLSConfigFor(cfg)
-	if err != nil {
-		return nil, err
-	}
-	// The same transport settings client-go uses: keep-alives, HTTP/2.
-	return &http.Client{Timeout: time.Minute, Transport: &http.Transport{TLSClientConfig: tlsConfig, ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 16}}, nil
-}
-
 // waitOK waits until url answers 200 (an agent attaches a moment after it starts).
 func waitOK(ctx context.Context, c *http.Client, url string) error {
 	var last string
@@ -319,61 +311,6 @@ func waitOK(ctx context.Context, c *http.Client, url string) error {
 		return fmt.Errorf("%s does not answer: last %s", url, last)
 	}
 	return nil
-}
-
-func timeGets(c *http.Client, url string, n int) ([]time.Duration, error) {
-	get := func() error {
-		resp, err := c.Get(url)
-		if err != nil {
-			return err
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("GET %s: %d", url, resp.StatusCode)
-		}
-		return nil
-	}
-	for range 50 {
-		if err := get(); err != nil {
-			return nil, err
-		}
-	}
-	samples := make([]time.Duration, 0, n)
-	for range n {
-		start := time.Now()
-		if err := get(); err != nil {
-			return nil, err
-		}
-		samples = append(samples, time.Since(start))
-	}
-	slices.Sort(samples)
-	return samples, nil
-}
-
-func listThroughput(c *http.Client, url string, n int) (float64, int64, error) {
-	var total int64
-	var elapsed time.Duration
-	for i := range n + 2 {
-		start := time.Now()
-		resp, err := c.Get(url)
-		if err != nil {
-			return 0, 0, err
-		}
-		size, err := io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			return 0, 0, err
-		}
-		if resp.StatusCode != http.StatusOK {
-			return 0, 0, fmt.Errorf("LIST %s: %d", url, resp.StatusCode)
-		}
-		if i >= 2 { // two warm-up lists
-			total += size
-			elapsed += time.Since(start)
-		}
-	}
-	return float64(total) / 1e6 / elapsed.Seconds(), total / int64(n), nil
 }
 
 // executor returns a WebSocket exec of command in pod default/app on path p.
