@@ -190,6 +190,7 @@ type streamReader struct {
 	arrayKey  string
 	itemHint  typeHint
 	buf       []byte
+	sc        scratch
 }
 
 func (s *streamReader) Read(p []byte) (int, error) {
@@ -224,7 +225,7 @@ func (s *streamReader) step() error {
 		if s.q.crds() && r.hiddenCRD(v) {
 			return nil
 		}
-		nv, err := r.object(toPresented, v, s.q.hint())
+		nv, err := r.objectWith(toPresented, v, s.q.hint(), &s.sc)
 		if err != nil {
 			return fmt.Errorf("watch event: %w", err)
 		}
@@ -385,7 +386,7 @@ func (s *streamReader) step() error {
 		if s.arrayKey == "rows" {
 			nv, err = r.row(v, s.q.hint())
 		} else {
-			nv, err = r.object(toPresented, v, s.itemHint)
+			nv, err = r.objectWith(toPresented, v, s.itemHint, &s.sc)
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.arrayKey, err)
