@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/tidwall/gjson"
@@ -194,16 +195,34 @@ type streamReader struct {
 }
 
 func (s *streamReader) Read(p []byte) (int, error) {
-	for s.off == len(s.out) {
-		if s.err != nil {
+	for s.off == len(s.out) || (s.err == nil && len(s.out)-s.off < len(p) && s.ready()) {
+		if s.off == len(s.out) && s.err != nil {
 			return 0, s.err
 		}
-		s.out, s.off = s.out[:0], 0
+		// What is left of the last piece moves to the front: out stays about len(p) long.
+		s.out, s.off = s.out[:copy(s.out, s.out[s.off:])], 0
 		s.err = s.step()
 	}
 	n := copy(p, s.out[s.off:])
 	s.off += n
 	return n, nil
+}
+
+// ready reports whether the next piece can likely be made without waiting for the target, so
+// that one Read fills p with many items (the proxy flushes after every write: one small write
+// per item costs more than rewriting it), yet nothing already rewritten waits for the network.
+// A watch event is taken only when a whole frame (kube-apiserver ends each with a newline) is
+// buffered.
+func (s *streamReader) ready() bool {
+	n := s.s.r.Buffered()
+	if n == 0 {
+		return false
+	}
+	if !s.watch {
+		return true
+	}
+	next, _ := s.s.r.Peek(n)
+	return bytes.IndexByte(next, '\n') >= 0
 }
 
 // step appends the next piece of output to s.out.
@@ -395,9 +414,9 @@ func (s *streamReader) step() error {
 		return nil
 	}
 	// After the object (or a body that is not an object): copy the rest.
-	chunk := make([]byte, 32<<10)
-	n, err := s.s.r.Read(chunk)
-	s.out = append(s.out, chunk[:n]...)
+	s.out = slices.Grow(s.out, 32<<10)
+	n, err := s.s.r.Read(s.out[len(s.out):cap(s.out)])
+	s.out = s.out[:len(s.out)+n]
 	return err
 }
 
