@@ -38,7 +38,10 @@ func (r *Rules) fastObject(d direction, data []byte, e *editor, sc *scratch) boo
 	if i >= len(data) || data[i] != '{' {
 		return false
 	}
-	if sc != nil && len(data) < math.MaxInt32 {
+	switch {
+	case sc != nil && sc.matched && len(sc.match) == len(data):
+		w.match = sc.match // indexed while it was read
+	case sc != nil && len(data) < math.MaxInt32:
 		sc.match = w.index(sc.match)
 	}
 	// A watch event {"type":...,"object":{...}}: its object.
@@ -297,13 +300,22 @@ func (w *walker) text(s span) string {
 
 // stringEnd returns the end of the string that starts at i (its opening quote).
 func (w *walker) stringEnd(i int) int {
+	b := w.b
 	j := i + 1
 	for {
-		q := bytes.IndexByte(w.b[j:], '"')
-		if q < 0 {
-			return len(w.b)
+		// Most strings are short names: a loop finds their end sooner than a call would.
+		k, short := j, min(j+24, len(b))
+		for k < short && b[k] != '"' {
+			k++
 		}
-		j += q
+		if k == short {
+			q := bytes.IndexByte(b[k:], '"')
+			if q < 0 {
+				return len(b)
+			}
+			k += q
+		}
+		j = k
 		// A quote after an odd number of backslashes is escaped.
 		n := 0
 		for k := j - 1; k > i && w.b[k] == '\\'; k-- {
@@ -444,8 +456,10 @@ func (w *walker) index(match []int32) []int32 {
 type scratch struct {
 	edits []edit
 	match []int32
-	out   []byte
-	names map[nameKey]nameVal
+	// matched says that match is the index of the document being rewritten.
+	matched bool
+	out     []byte
+	names   map[nameKey]nameVal
 }
 
 // The cache of names is bounded: a hostile target can send as many distinct keys as it likes.

@@ -26,6 +26,11 @@ var ErrTooLarge = errors.New("a JSON value of the response is too large to rewri
 type scanner struct {
 	r   *bufio.Reader
 	max int
+	// With index, value records where each container of the value ends (walker.match), so
+	// that the rewriter does not scan the value once more to find out.
+	index bool
+	match []int32
+	open  []int32
 }
 
 // peek skips whitespace and returns the next byte without consuming it.
@@ -76,11 +81,16 @@ func (s *scanner) value(buf []byte) ([]byte, error) {
 		// Scan what the reader has buffered in bulk: nesting and strings only.
 		depth := 0
 		inString, escaped := false, false
+		s.match, s.open = s.match[:0], s.open[:0]
 		for {
 			if _, err := s.r.Peek(1); err != nil {
 				return buf, unexpectedEOF(err)
 			}
 			chunk, _ := s.r.Peek(s.r.Buffered())
+			base := len(buf) - start
+			if s.index {
+				s.match = slices.Grow(s.match, len(chunk))[:base+len(chunk)]
+			}
 			end := -1
 			for i := 0; i < len(chunk); i++ {
 				c := chunk[i]
@@ -113,8 +123,15 @@ func (s *scanner) value(buf []byte) ([]byte, error) {
 						inString = true
 					case '{', '[':
 						depth++
+						if s.index {
+							s.open = append(s.open, int32(base+i))
+						}
 					case '}', ']':
 						depth--
+						if n := len(s.open); s.index && n > 0 {
+							s.match[s.open[n-1]] = int32(base + i)
+							s.open = s.open[:n-1]
+						}
 						if depth == 0 {
 							end = i + 1
 						}
@@ -129,6 +146,9 @@ func (s *scanner) value(buf []byte) ([]byte, error) {
 			}
 			buf = append(buf, chunk[:end]...)
 			_, _ = s.r.Discard(end)
+			if s.index {
+				s.match = s.match[:base+end]
+			}
 			if len(buf)-start > s.max {
 				return buf, ErrTooLarge
 			}
@@ -165,7 +185,7 @@ func (q Request) response(in io.Reader) io.Reader {
 	case Discovery, OpenAPI:
 		return &documentReader{q: q, in: in}
 	}
-	return &streamReader{q: q, s: &scanner{r: bufio.NewReaderSize(in, 64<<10), max: maxValue}, watch: q.Watch}
+	return &streamReader{q: q, s: &scanner{r: bufio.NewReaderSize(in, 64<<10), max: maxValue, index: true}, watch: q.Watch}
 }
 
 // streamReader rewrites a JSON response as it is read: a watch stream event by event, an
@@ -214,15 +234,13 @@ func (s *streamReader) Read(p []byte) (int, error) {
 // A watch event is taken only when a whole frame (kube-apiserver ends each with a newline) is
 // buffered.
 func (s *streamReader) ready() bool {
-	n := s.s.r.Buffered()
-	if n == 0 {
+	next, _ := s.s.r.Peek(s.s.r.Buffered())
+	// The newline that ended the last frame is no next piece.
+	next = bytes.TrimLeft(next, " \t\r\n")
+	if len(next) == 0 {
 		return false
 	}
-	if !s.watch {
-		return true
-	}
-	next, _ := s.s.r.Peek(n)
-	return bytes.IndexByte(next, '\n') >= 0
+	return !s.watch || bytes.IndexByte(next, '\n') >= 0
 }
 
 // step appends the next piece of output to s.out.
@@ -244,7 +262,9 @@ func (s *streamReader) step() error {
 		if s.q.crds() && r.hiddenCRD(v) {
 			return nil
 		}
+		s.sc.match, s.sc.matched = s.s.match, len(s.s.match) == len(v)
 		nv, err := r.objectWith(toPresented, v, s.q.hint(), &s.sc)
+		s.sc.matched = false
 		if err != nil {
 			return fmt.Errorf("watch event: %w", err)
 		}
@@ -405,7 +425,9 @@ func (s *streamReader) step() error {
 		if s.arrayKey == "rows" {
 			nv, err = r.row(v, s.q.hint())
 		} else {
+			s.sc.match, s.sc.matched = s.s.match, len(s.s.match) == len(v)
 			nv, err = r.objectWith(toPresented, v, s.itemHint, &s.sc)
+			s.sc.matched = false
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.arrayKey, err)
