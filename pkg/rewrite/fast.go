@@ -2,7 +2,6 @@ package rewrite
 
 import (
 	"bytes"
-	"math"
 	"strings"
 	"unsafe"
 
@@ -41,7 +40,7 @@ func (r *Rules) fastObject(d direction, data []byte, e *editor, sc *scratch) boo
 	switch {
 	case sc != nil && sc.matched && len(sc.match) == len(data):
 		w.match = sc.match // indexed while it was read
-	case sc != nil && len(data) < math.MaxInt32:
+	case sc != nil && len(data) <= maxIndexed:
 		sc.match = w.index(sc.match)
 	}
 	// A watch event {"type":...,"object":{...}}: its object.
@@ -104,7 +103,7 @@ func (r *Rules) fastObjectAt(d direction, w *walker, i int, e *editor) bool {
 	if meta.valid() && data[meta.start] == '{' {
 		r.fastMetadata(d, w, meta, k, e)
 	}
-	if spec.valid() && data[spec.start] == '{' && len(r.prefixes) > 0 && r.mentionsString(d, w.str(spec)) {
+	if spec.valid() && data[spec.start] == '{' && len(r.prefixes) > 0 && w.hasTemplates(spec) && r.mentionsString(d, w.str(spec)) {
 		r.templateEdits(d, e, w.result(spec))
 	}
 	return !w.bail
@@ -250,6 +249,22 @@ func (r *Rules) fastManagedFields(d direction, w *walker, mf span, kind string, 
 		}
 		return true
 	})
+}
+
+// hasTemplates reports whether a spec has a member that templateEdits looks into: a spec
+// without one (most, and a large one costs a scan for names) needs no look at all.
+func (w *walker) hasTemplates(spec span) bool {
+	found := false
+	w.members(spec.start, func(k, _ span) bool {
+		switch name := w.name(k); name {
+		case "template", "jobTemplate", "selector":
+			found = true
+		default:
+			found = strings.IndexByte(name, '\\') >= 0 // an escaped name may be one of them
+		}
+		return !found
+	})
+	return found
 }
 
 // span is a JSON value's (or key's) place in the document: [start, end).
@@ -449,6 +464,10 @@ func (w *walker) index(match []int32) []int32 {
 	w.match = match
 	return match
 }
+
+// maxIndexed bounds the documents that are indexed: the index takes four bytes per byte.
+// Larger ones are walked without it.
+const maxIndexed = 256 << 10
 
 // scratch is what rewriting a stream reuses from one item to the next: the edits, the
 // walker's index, the output, and the replacements already computed (the items of a List or

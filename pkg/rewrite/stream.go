@@ -88,6 +88,10 @@ func (s *scanner) value(buf []byte) ([]byte, error) {
 			}
 			chunk, _ := s.r.Peek(s.r.Buffered())
 			base := len(buf) - start
+			if s.index && base+len(chunk) > maxIndexed {
+				s.index, s.match = false, s.match[:0] // walked without an index
+				defer func() { s.index = true }()
+			}
 			if s.index {
 				s.match = slices.Grow(s.match, len(chunk))[:base+len(chunk)]
 			}
