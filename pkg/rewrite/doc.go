@@ -8,7 +8,10 @@
 // and query; Request.Body and Request.Response rewrite its body and its answer. JSON is edited
 // in place (gjson finds values, edits are spliced in one pass): members, order and numbers
 // stay as they came. Lists and Tables are rewritten item by item and watch streams frame by
-// frame, so memory does not grow with the size of a response.
+// frame, so memory does not grow with the size of a response. Most items take a fast path
+// (fast.go) that walks only to where names can be; a stream indexes each item's containers
+// while it reads it, reuses its buffers and computes each renamed name once, and a Read
+// returns as many items as are at hand.
 //
 // Besides a renamed group's own objects, every object's metadata (label, annotation and
 // finalizer keys, ownerReferences, managedFields, kubectl's last applied configuration), pod

@@ -31,11 +31,17 @@ func fastEligible(group, kind string) bool {
 
 // fastObject rewrites a valid JSON object, or reports false when it is not one the fast path
 // takes (then its edits are to be dropped).
-func (r *Rules) fastObject(d direction, data []byte, e *editor) bool {
-	w := walker{b: data}
+func (r *Rules) fastObject(d direction, data []byte, e *editor, sc *scratch) bool {
+	w := walker{b: data, sc: sc}
 	i := w.space(0)
 	if i >= len(data) || data[i] != '{' {
 		return false
+	}
+	switch {
+	case sc != nil && sc.matched && len(sc.match) == len(data):
+		w.match = sc.match // indexed while it was read
+	case sc != nil && len(data) <= maxIndexed:
+		sc.match = w.index(sc.match)
 	}
 	// A watch event {"type":...,"object":{...}}: its object.
 	var typ, obj span
@@ -88,16 +94,16 @@ func (r *Rules) fastObjectAt(d direction, w *walker, i int, e *editor) bool {
 	if !fastEligible(group, k) {
 		return false
 	}
-	if na, nk, renamed := r.gvk(d, apiVersion, k); renamed {
-		e.setSpan(av, quote(na))
-		if nk != k {
-			e.setSpan(kind, quote(nk))
+	if v := r.fastGVK(d, w, apiVersion, k); v.ok {
+		e.setSpan(av, v.x)
+		if v.y != "" {
+			e.setSpan(kind, v.y)
 		}
 	}
 	if meta.valid() && data[meta.start] == '{' {
 		r.fastMetadata(d, w, meta, k, e)
 	}
-	if spec.valid() && data[spec.start] == '{' && len(r.prefixes) > 0 && r.mentionsString(d, w.str(spec)) {
+	if spec.valid() && data[spec.start] == '{' && len(r.prefixes) > 0 && w.hasTemplates(spec) && r.mentionsString(d, w.str(spec)) {
 		r.templateEdits(d, e, w.result(spec))
 	}
 	return !w.bail
@@ -110,8 +116,8 @@ func (r *Rules) fastMetadata(d direction, w *walker, meta span, kind string, e *
 		case "labels":
 			if len(r.prefixes) > 0 && w.b[val.start] == '{' {
 				w.members(val.start, func(k, _ span) bool {
-					if nk, ok := r.key(d, w.text(k)); ok {
-						e.setSpan(k, quote(nk))
+					if v := r.fastName(d, w, opKey, w.text(k)); v.ok {
+						e.setSpan(k, v.x)
 					}
 					return true
 				})
@@ -120,8 +126,10 @@ func (r *Rules) fastMetadata(d direction, w *walker, meta span, kind string, e *
 			if w.b[val.start] == '{' && r.mentionsString(d, w.str(val)) {
 				w.members(val.start, func(k, v span) bool {
 					name := w.text(k)
-					if nk, ok := r.key(d, name); ok && len(r.prefixes) > 0 {
-						e.setSpan(k, quote(nk))
+					if len(r.prefixes) > 0 {
+						if v := r.fastName(d, w, opKey, name); v.ok {
+							e.setSpan(k, v.x)
+						}
 					}
 					if name == lastApplied && v.isString(w.b) {
 						s := w.result(v).Str // JSON in a string: unescaped
@@ -138,8 +146,8 @@ func (r *Rules) fastMetadata(d direction, w *walker, meta span, kind string, e *
 			if len(r.prefixes) > 0 && w.b[val.start] == '[' {
 				w.elements(val.start, func(v span) {
 					if v.isString(w.b) {
-						if nk, ok := r.key(d, w.text(v)); ok {
-							e.setSpan(v, quote(nk))
+						if n := r.fastName(d, w, opKey, w.text(v)); n.ok {
+							e.setSpan(v, n.x)
 						}
 					}
 				})
@@ -165,10 +173,10 @@ func (r *Rules) fastMetadata(d direction, w *walker, meta span, kind string, e *
 						if k.isString(w.b) {
 							kindStr = w.text(k)
 						}
-						if na, nk, ok := r.gvk(d, w.text(av), kindStr); ok {
-							e.setSpan(av, quote(na))
-							if k.isString(w.b) && nk != kindStr {
-								e.setSpan(k, quote(nk))
+						if v := r.fastGVK(d, w, w.text(av), kindStr); v.ok {
+							e.setSpan(av, v.x)
+							if k.isString(w.b) && v.y != "" {
+								e.setSpan(k, v.y)
 							}
 						}
 					}
@@ -193,8 +201,8 @@ func (r *Rules) fastManagedFields(d direction, w *walker, mf span, kind string, 
 		switch w.name(key) {
 		case "apiVersion":
 			if v.isString(w.b) {
-				if na, _, ok := r.gvk(d, w.text(v), kind); ok {
-					e.setSpan(v, quote(na))
+				if g := r.fastGVK(d, w, w.text(v), kind); g.ok {
+					e.setSpan(v, g.x)
 				}
 			}
 		case "fieldsV1":
@@ -213,8 +221,8 @@ func (r *Rules) fastManagedFields(d direction, w *walker, mf span, kind string, 
 					w.members(set.start, func(item, _ span) bool {
 						if field != "f:finalizers" {
 							if name := w.text(item); strings.HasPrefix(name, "f:") {
-								if nk, ok := r.keyWithin(d, "f:", name[2:]); ok {
-									e.setSpan(item, quote(nk))
+								if v := r.fastName(d, w, opFieldKey, name[2:]); v.ok {
+									e.setSpan(item, v.x)
 								}
 							}
 							return true
@@ -223,8 +231,8 @@ func (r *Rules) fastManagedFields(d direction, w *walker, mf span, kind string, 
 						raw := w.str(item.inner())
 						if val, ok := strings.CutPrefix(raw, `v:\"`); ok {
 							if val, ok = strings.CutSuffix(val, `\"`); ok && strings.IndexByte(val, '\\') < 0 {
-								if nk, ok := r.key(d, val); ok {
-									e.setSpan(item, quote("v:"+quote(nk)))
+								if v := r.fastName(d, w, opFinalizerField, val); v.ok {
+									e.setSpan(item, v.x)
 								}
 								return true
 							}
@@ -241,6 +249,22 @@ func (r *Rules) fastManagedFields(d direction, w *walker, mf span, kind string, 
 		}
 		return true
 	})
+}
+
+// hasTemplates reports whether a spec has a member that templateEdits looks into: a spec
+// without one (most, and a large one costs a scan for names) needs no look at all.
+func (w *walker) hasTemplates(spec span) bool {
+	found := false
+	w.members(spec.start, func(k, _ span) bool {
+		switch name := w.name(k); name {
+		case "template", "jobTemplate", "selector":
+			found = true
+		default:
+			found = strings.IndexByte(name, '\\') >= 0 // an escaped name may be one of them
+		}
+		return !found
+	})
+	return found
 }
 
 // span is a JSON value's (or key's) place in the document: [start, end).
@@ -263,6 +287,11 @@ func (e *editor) setSpan(s span, raw string) {
 // walker walks valid JSON (checked before).
 type walker struct {
 	b []byte
+	// match holds, at the offset of each '{' and '[', the offset of its closing bracket, when
+	// the document is indexed: skipping a container is then one look-up, so that walking
+	// down into metadata does not scan the same bytes once per level.
+	match []int32
+	sc    *scratch
 	// bail is set when a string that may need renaming holds escapes: the general path
 	// unescapes them.
 	bail bool
@@ -286,13 +315,22 @@ func (w *walker) text(s span) string {
 
 // stringEnd returns the end of the string that starts at i (its opening quote).
 func (w *walker) stringEnd(i int) int {
+	b := w.b
 	j := i + 1
 	for {
-		q := bytes.IndexByte(w.b[j:], '"')
-		if q < 0 {
-			return len(w.b)
+		// Most strings are short names: a loop finds their end sooner than a call would.
+		k, short := j, min(j+24, len(b))
+		for k < short && b[k] != '"' {
+			k++
 		}
-		j += q
+		if k == short {
+			q := bytes.IndexByte(b[k:], '"')
+			if q < 0 {
+				return len(b)
+			}
+			k += q
+		}
+		j = k
 		// A quote after an odd number of backslashes is escaped.
 		n := 0
 		for k := j - 1; k > i && w.b[k] == '\\'; k-- {
@@ -338,6 +376,9 @@ func (w *walker) skip(i int) int {
 	case '"':
 		return w.stringEnd(i)
 	case '{', '[':
+		if w.match != nil {
+			return int(w.match[i]) + 1
+		}
 		depth := 0
 		for j := i; j < len(w.b); j++ {
 			switch w.b[j] {
@@ -397,4 +438,129 @@ func (w *walker) elements(i int, f func(val span)) {
 		f(span{i, ve})
 		i = w.space(ve)
 	}
+}
+
+// index records where each container of the document ends (see match), reusing match.
+func (w *walker) index(match []int32) []int32 {
+	if cap(match) < len(w.b) {
+		match = make([]int32, len(w.b))
+	}
+	match = match[:len(w.b)]
+	var stack [32]int32
+	open := stack[:0]
+	for i := 0; i < len(w.b); i++ {
+		switch w.b[i] {
+		case '"':
+			i = w.stringEnd(i) - 1
+		case '{', '[':
+			open = append(open, int32(i))
+		case '}', ']':
+			if n := len(open); n > 0 {
+				match[open[n-1]] = int32(i)
+				open = open[:n-1]
+			}
+		}
+	}
+	w.match = match
+	return match
+}
+
+// maxIndexed bounds the documents that are indexed: the index takes four bytes per byte.
+// Larger ones are walked without it.
+const maxIndexed = 256 << 10
+
+// scratch is what rewriting a stream reuses from one item to the next: the edits, the
+// walker's index, the output, and the replacements already computed (the items of a List or
+// the events of a watch repeat the same few names thousands of times).
+type scratch struct {
+	edits []edit
+	match []int32
+	// matched says that match is the index of the document being rewritten.
+	matched bool
+	out     []byte
+	names   map[nameKey]nameVal
+}
+
+// The cache of names is bounded: a hostile target can send as many distinct keys as it likes.
+const (
+	maxCachedNames   = 1024
+	maxCachedNameLen = 256
+)
+
+type nameOp uint8
+
+const (
+	opGVK            nameOp = iota // an apiVersion (a) and kind (b): x and y quoted, y "" when the kind stays
+	opKey                          // a label, annotation or finalizer key: x quoted
+	opFieldKey                     // a key in managedFields, written "f:<key>": x quoted with its "f:"
+	opFinalizerField               // a finalizer in managedFields, written `v:"<finalizer>"`: x quoted
+)
+
+type nameKey struct {
+	op   nameOp
+	d    direction
+	a, b string
+}
+
+// nameVal is a replacement: ok when the name is renamed.
+type nameVal struct {
+	x, y string
+	ok   bool
+}
+
+// cached returns the replacement of k, computed by f at most once per stream.
+func (w *walker) cached(k nameKey, f func() nameVal) nameVal {
+	sc := w.sc
+	if sc == nil {
+		return f()
+	}
+	if v, ok := sc.names[k]; ok {
+		return v
+	}
+	v := f()
+	if len(k.a)+len(k.b) <= maxCachedNameLen && len(sc.names) < maxCachedNames {
+		if sc.names == nil {
+			sc.names = make(map[nameKey]nameVal)
+		}
+		// The key's strings point into the document, which the next item overwrites.
+		k.a, k.b = strings.Clone(k.a), strings.Clone(k.b)
+		sc.names[k] = v
+	}
+	return v
+}
+
+// fastGVK renames an apiVersion and kind pair, as quoted JSON strings.
+func (r *Rules) fastGVK(d direction, w *walker, apiVersion, kind string) nameVal {
+	return w.cached(nameKey{op: opGVK, d: d, a: apiVersion, b: kind}, func() nameVal {
+		na, nk, ok := r.gvk(d, apiVersion, kind)
+		if !ok {
+			return nameVal{}
+		}
+		v := nameVal{x: quote(na), ok: true}
+		if nk != kind {
+			v.y = quote(nk)
+		}
+		return v
+	})
+}
+
+// fastName renames a key (op says where it is), as a quoted JSON string.
+func (r *Rules) fastName(d direction, w *walker, op nameOp, name string) nameVal {
+	return w.cached(nameKey{op: op, d: d, a: name}, func() nameVal {
+		switch op {
+		case opFieldKey:
+			if nk, ok := r.keyWithin(d, "f:", name); ok {
+				return nameVal{x: quote(nk), ok: true}
+			}
+		case opFinalizerField:
+			if nk, ok := r.key(d, name); ok {
+				return nameVal{x: quote("v:" + quote(nk)), ok: true}
+			}
+		default:
+			if nk, ok := r.key(d, name); ok {
+				return nameVal{x: quote(nk), ok: true}
+			}
+		}
+		return nameVal{}
+	})
 }

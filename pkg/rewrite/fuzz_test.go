@@ -500,11 +500,18 @@ func FuzzFastPath(f *testing.F) {
 					}
 					continue
 				}
+				// Numbers as they are written: valid JSON such as 1E1000 does not fit a float64.
 				var x, y any
-				if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil || !reflect.DeepEqual(x, y) {
+				if !bytes.Equal(a, b) && (decodeNumbers(a, &x) != nil || decodeNumbers(b, &y) != nil || !reflect.DeepEqual(x, y)) {
 					t.Fatalf("direction %d differs:\nin      %s\nfast    %s\ngeneral %s", d, doc, a, b)
 				}
 			}
 		}
 	})
+}
+
+func decodeNumbers(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	return dec.Decode(v)
 }

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"sort"
+	"slices"
 	"strings"
 	"unsafe"
 
@@ -57,7 +57,18 @@ func (e *editor) bytes() ([]byte, error) {
 	if len(e.edits) == 0 {
 		return e.data, nil
 	}
-	sort.Slice(e.edits, func(i, j int) bool { return e.edits[i].start < e.edits[j].start })
+	return e.appendTo(nil)
+}
+
+// appendTo appends the edited document to out.
+func (e *editor) appendTo(out []byte) ([]byte, error) {
+	if e.err != nil {
+		return nil, e.err
+	}
+	// The fast path collects edits in order; the general path may not.
+	if !slices.IsSortedFunc(e.edits, compareEdits) {
+		slices.SortStableFunc(e.edits, compareEdits)
+	}
 	n := len(e.data)
 	for i, ed := range e.edits {
 		if i > 0 && ed.start < e.edits[i-1].end {
@@ -65,7 +76,7 @@ func (e *editor) bytes() ([]byte, error) {
 		}
 		n += len(ed.raw) - (ed.end - ed.start)
 	}
-	out := make([]byte, 0, n)
+	out = slices.Grow(out, n)
 	last := 0
 	for _, ed := range e.edits {
 		out = append(out, e.data[last:ed.start]...)
@@ -74,6 +85,8 @@ func (e *editor) bytes() ([]byte, error) {
 	}
 	return append(out, e.data[last:]...), nil
 }
+
+func compareEdits(a, b edit) int { return a.start - b.start }
 
 // writeQuoted writes s as a JSON string.
 func writeQuoted(b *strings.Builder, s string) {
@@ -111,6 +124,12 @@ func quote(s string) string {
 // object rewrites one JSON object in direction d: a single object, a List, a Table, a
 // Status or a watch event. Objects that mention nothing of the rules come back as they are.
 func (r *Rules) object(d direction, data []byte, hint typeHint) ([]byte, error) {
+	return r.objectWith(d, data, hint, nil)
+}
+
+// objectWith is object with what a stream reuses between items; with sc, the result may be
+// sc.out, valid until the next call.
+func (r *Rules) objectWith(d direction, data []byte, hint typeHint, sc *scratch) ([]byte, error) {
 	if r == nil || !r.mentions(d, data) {
 		return data, nil
 	}
@@ -125,12 +144,23 @@ func (r *Rules) object(d direction, data []byte, hint typeHint) ([]byte, error) 
 	if !gjson.ValidBytes(data) {
 		return nil, fmt.Errorf("malformed JSON")
 	}
-	e := &editor{data: data, edits: make([]edit, 0, 16)}
-	if r.general || !r.fastObject(d, data, e) {
+	e := &editor{data: data}
+	if sc != nil {
+		e.edits = sc.edits[:0]
+		defer func() { sc.edits = e.edits[:0] }()
+	}
+	if r.general || !r.fastObject(d, data, e, sc) {
 		e.edits, e.err = e.edits[:0], nil
 		r.objectEdits(d, e, doc, hint)
 	}
-	return e.bytes()
+	if sc == nil || e.err != nil || len(e.edits) == 0 {
+		return e.bytes()
+	}
+	out, err := e.appendTo(sc.out[:0])
+	if err == nil {
+		sc.out = out
+	}
+	return out, err
 }
 
 // objectEdits collects the edits of the object doc.

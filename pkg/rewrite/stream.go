@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/tidwall/gjson"
@@ -25,6 +26,11 @@ var ErrTooLarge = errors.New("a JSON value of the response is too large to rewri
 type scanner struct {
 	r   *bufio.Reader
 	max int
+	// With index, value records where each container of the value ends (walker.match), so
+	// that the rewriter does not scan the value once more to find out.
+	index bool
+	match []int32
+	open  []int32
 }
 
 // peek skips whitespace and returns the next byte without consuming it.
@@ -75,11 +81,20 @@ func (s *scanner) value(buf []byte) ([]byte, error) {
 		// Scan what the reader has buffered in bulk: nesting and strings only.
 		depth := 0
 		inString, escaped := false, false
+		s.match, s.open = s.match[:0], s.open[:0]
 		for {
 			if _, err := s.r.Peek(1); err != nil {
 				return buf, unexpectedEOF(err)
 			}
 			chunk, _ := s.r.Peek(s.r.Buffered())
+			base := len(buf) - start
+			if s.index && base+len(chunk) > maxIndexed {
+				s.index, s.match = false, s.match[:0] // walked without an index
+				defer func() { s.index = true }()
+			}
+			if s.index {
+				s.match = slices.Grow(s.match, len(chunk))[:base+len(chunk)]
+			}
 			end := -1
 			for i := 0; i < len(chunk); i++ {
 				c := chunk[i]
@@ -112,8 +127,15 @@ func (s *scanner) value(buf []byte) ([]byte, error) {
 						inString = true
 					case '{', '[':
 						depth++
+						if s.index {
+							s.open = append(s.open, int32(base+i))
+						}
 					case '}', ']':
 						depth--
+						if n := len(s.open); s.index && n > 0 {
+							s.match[s.open[n-1]] = int32(base + i)
+							s.open = s.open[:n-1]
+						}
 						if depth == 0 {
 							end = i + 1
 						}
@@ -128,6 +150,9 @@ func (s *scanner) value(buf []byte) ([]byte, error) {
 			}
 			buf = append(buf, chunk[:end]...)
 			_, _ = s.r.Discard(end)
+			if s.index {
+				s.match = s.match[:base+end]
+			}
 			if len(buf)-start > s.max {
 				return buf, ErrTooLarge
 			}
@@ -164,7 +189,7 @@ func (q Request) response(in io.Reader) io.Reader {
 	case Discovery, OpenAPI:
 		return &documentReader{q: q, in: in}
 	}
-	return &streamReader{q: q, s: &scanner{r: bufio.NewReaderSize(in, 64<<10), max: maxValue}, watch: q.Watch}
+	return &streamReader{q: q, s: &scanner{r: bufio.NewReaderSize(in, 64<<10), max: maxValue, index: true}, watch: q.Watch}
 }
 
 // streamReader rewrites a JSON response as it is read: a watch stream event by event, an
@@ -190,19 +215,36 @@ type streamReader struct {
 	arrayKey  string
 	itemHint  typeHint
 	buf       []byte
+	sc        scratch
 }
 
 func (s *streamReader) Read(p []byte) (int, error) {
-	for s.off == len(s.out) {
-		if s.err != nil {
+	for s.off == len(s.out) || (s.err == nil && len(s.out)-s.off < len(p) && s.ready()) {
+		if s.off == len(s.out) && s.err != nil {
 			return 0, s.err
 		}
-		s.out, s.off = s.out[:0], 0
+		// What is left of the last piece moves to the front: out stays about len(p) long.
+		s.out, s.off = s.out[:copy(s.out, s.out[s.off:])], 0
 		s.err = s.step()
 	}
 	n := copy(p, s.out[s.off:])
 	s.off += n
 	return n, nil
+}
+
+// ready reports whether the next piece can likely be made without waiting for the target, so
+// that one Read fills p with many items (the proxy flushes after every write: one small write
+// per item costs more than rewriting it), yet nothing already rewritten waits for the network.
+// A watch event is taken only when a whole frame (kube-apiserver ends each with a newline) is
+// buffered.
+func (s *streamReader) ready() bool {
+	next, _ := s.s.r.Peek(s.s.r.Buffered())
+	// The newline that ended the last frame is no next piece.
+	next = bytes.TrimLeft(next, " \t\r\n")
+	if len(next) == 0 {
+		return false
+	}
+	return !s.watch || bytes.IndexByte(next, '\n') >= 0
 }
 
 // step appends the next piece of output to s.out.
@@ -224,7 +266,9 @@ func (s *streamReader) step() error {
 		if s.q.crds() && r.hiddenCRD(v) {
 			return nil
 		}
-		nv, err := r.object(toPresented, v, s.q.hint())
+		s.sc.match, s.sc.matched = s.s.match, len(s.s.match) == len(v)
+		nv, err := r.objectWith(toPresented, v, s.q.hint(), &s.sc)
+		s.sc.matched = false
 		if err != nil {
 			return fmt.Errorf("watch event: %w", err)
 		}
@@ -385,7 +429,9 @@ func (s *streamReader) step() error {
 		if s.arrayKey == "rows" {
 			nv, err = r.row(v, s.q.hint())
 		} else {
-			nv, err = r.object(toPresented, v, s.itemHint)
+			s.sc.match, s.sc.matched = s.s.match, len(s.s.match) == len(v)
+			nv, err = r.objectWith(toPresented, v, s.itemHint, &s.sc)
+			s.sc.matched = false
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.arrayKey, err)
@@ -394,9 +440,9 @@ func (s *streamReader) step() error {
 		return nil
 	}
 	// After the object (or a body that is not an object): copy the rest.
-	chunk := make([]byte, 32<<10)
-	n, err := s.s.r.Read(chunk)
-	s.out = append(s.out, chunk[:n]...)
+	s.out = slices.Grow(s.out, 32<<10)
+	n, err := s.s.r.Read(s.out[len(s.out):cap(s.out)])
+	s.out = s.out[:len(s.out)+n]
 	return err
 }
 
