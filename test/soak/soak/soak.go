@@ -48,8 +48,11 @@ type Result struct {
 	Requests, RequestErrors int64
 	P50, P99                time.Duration
 	// WatchEvents is how many events the watches received; WatchErrors counts watches that
-	// did not start or ended before the load did.
-	WatchEvents, WatchErrors int64
+	// did not start or ended before the load did. WatchRetries counts watch opens answered
+	// 429 and sent again after their Retry-After, as client-go does: 500 watches opened at
+	// once meet priority and fairness (of the host or the server), which answers 429 to what
+	// is beyond its seats for the moment; that is flow control, not an error.
+	WatchEvents, WatchErrors, WatchRetries int64
 	// FirstErrors are the first few errors, to say what failed.
 	FirstErrors []string
 	// Baseline is before the load, Peak the highest of each figure during it, After the last
@@ -210,21 +213,12 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		wg.Go(func() {
 			var once sync.Once
 			defer once.Do(started.Done)
-			req, err := http.NewRequestWithContext(loadCtx, http.MethodGet, base+"?watch=true&timeoutSeconds=3600&fieldSelector=metadata.name%3Dtick", nil)
-			if err != nil {
-				fail(&r.WatchErrors, "watch %d: %v", i, err)
-				return
-			}
-			resp, err := client.Do(req)
+			resp, err := openWatch(loadCtx, client, base+"?watch=true&timeoutSeconds=3600&fieldSelector=metadata.name%3Dtick", &r.WatchRetries)
 			if err != nil {
 				fail(&r.WatchErrors, "watch %d: %v", i, err)
 				return
 			}
 			defer resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				fail(&r.WatchErrors, "watch %d: %d", i, resp.StatusCode)
-				return
-			}
 			once.Do(started.Done)
 			lines := bufio.NewScanner(resp.Body)
 			lines.Buffer(make([]byte, 0, 64*1024), 1<<20)
@@ -312,7 +306,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		r.P50, r.P99 = samples[len(samples)/2], samples[len(samples)*99/100]
 	}
 	fmt.Fprintf(out, "GETs:        %d sent (%.0f/s), %d errors, p50 %v, p99 %v\n", r.Requests, float64(r.Requests)/cfg.Duration.Seconds(), r.RequestErrors, r.P50.Round(10*time.Microsecond), r.P99.Round(10*time.Microsecond))
-	fmt.Fprintf(out, "watches:     %d, %d errors, %d events received\n", cfg.Watches, r.WatchErrors, r.WatchEvents)
+	fmt.Fprintf(out, "watches:     %d, %d errors, %d events received, %d opens retried after 429\n", cfg.Watches, r.WatchErrors, r.WatchEvents, r.WatchRetries)
 	for _, e := range r.FirstErrors {
 		fmt.Fprintf(out, "  error: %s\n", e)
 	}
@@ -437,4 +431,37 @@ func setup(ctx context.Context, host, remote *framework.KubeAPIServer) error {
 		}
 	}
 	return nil
+}
+
+// openWatch opens a watch, sending it again after the Retry-After of a 429 (at most 10 times,
+// as client-go's rest client does), and counts those retries.
+func openWatch(ctx context.Context, client *http.Client, url string, retries *int64) (*http.Response, error) {
+	for attempt := 0; ; attempt++ {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		if resp.StatusCode == http.StatusOK {
+			return resp, nil
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusTooManyRequests || attempt == 10 {
+			return nil, fmt.Errorf("%d", resp.StatusCode)
+		}
+		atomic.AddInt64(retries, 1)
+		wait := time.Second
+		if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs > 0 && secs <= 60 {
+			wait = time.Duration(secs) * time.Second
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
+	}
 }
