@@ -132,19 +132,7 @@ func (r *Rules) apiResource(res gjson.Result, rule *groupRule) (string, bool) {
 		return "", false
 	}
 	e := &pathEditor{data: []byte(res.Raw)}
-	if nn, ok := rule.resource(toPresented, name); ok {
-		e.setString("name", nn)
-	}
-	if v := res.Get("singularName"); v.Type == gjson.String && v.Str != "" {
-		if nn, ok := rule.resource(toPresented, v.Str); ok {
-			e.setString("singularName", nn)
-		}
-	}
-	if v := res.Get("shortNames"); v.IsArray() {
-		if raw, ok := mapStrings(v, func(s string) (string, bool) { return rule.resource(toPresented, s) }); ok {
-			e.setRaw("shortNames", raw)
-		}
-	}
+	e.renameResourceNames(res, rule, "name", name, "singularName")
 	g := res.Get("group")
 	if g.Type == gjson.String && g.Str == rule.target {
 		e.setString("group", rule.presented)
@@ -220,19 +208,7 @@ func (r *Rules) resourceDiscovery(rd gjson.Result, rule *groupRule) (string, boo
 		return "", false
 	}
 	e := &pathEditor{data: []byte(rd.Raw)}
-	if nn, ok := rule.resource(toPresented, name); ok {
-		e.setString("resource", nn)
-	}
-	if v := rd.Get("singularResource"); v.Type == gjson.String && v.Str != "" {
-		if nn, ok := rule.resource(toPresented, v.Str); ok {
-			e.setString("singularResource", nn)
-		}
-	}
-	if v := rd.Get("shortNames"); v.IsArray() {
-		if raw, ok := mapStrings(v, func(s string) (string, bool) { return rule.resource(toPresented, s) }); ok {
-			e.setRaw("shortNames", raw)
-		}
-	}
+	e.renameResourceNames(rd, rule, "resource", name, "singularResource")
 	rk := func(path string, k gjson.Result) {
 		if !k.IsObject() {
 			return
@@ -254,6 +230,25 @@ func (r *Rules) resourceDiscovery(rd gjson.Result, rule *groupRule) (string, boo
 		return true
 	})
 	return string(e.data), e.err == nil
+}
+
+// renameResourceNames renames the resource name (member nameField, value name), the singular
+// name (member singularField) and the short names of one resource of rule's target group: the
+// same fields of APIResource and of aggregated discovery's APIResourceDiscovery, named apart.
+func (e *pathEditor) renameResourceNames(res gjson.Result, rule *groupRule, nameField, name, singularField string) {
+	if nn, ok := rule.resource(toPresented, name); ok {
+		e.setString(nameField, nn)
+	}
+	if v := res.Get(singularField); v.Type == gjson.String && v.Str != "" {
+		if nn, ok := rule.resource(toPresented, v.Str); ok {
+			e.setString(singularField, nn)
+		}
+	}
+	if v := res.Get("shortNames"); v.IsArray() {
+		if raw, ok := mapStrings(v, func(s string) (string, bool) { return rule.resource(toPresented, s) }); ok {
+			e.setRaw("shortNames", raw)
+		}
+	}
 }
 
 // pathEditor edits a discovery or OpenAPI document member by member with sjson paths (built
