@@ -124,8 +124,14 @@ func (c CompletedConfig) New() (*Server, error) {
 		attacher := &tunnel.Attacher{Sessions: sessions, Authorizer: c.Generic.Authorization.Authorizer, Interval: c.Extra.Tunnel.AuthorizationInterval}
 		attach = attacher.Handler
 	}
-	storage, err := mountsregistry.NewStorage(Scheme, c.Generic.RESTOptionsGetter, proxier.Handler, attach, func(m *mounts.Mount) {
-		forgetMount(proxier, sessions, kcp.ClusterOf(m), m.Name, m.UID)
+	storage, err := mountsregistry.NewStorage(Scheme, c.Generic.RESTOptionsGetter, mountsregistry.StorageOptions{
+		Proxy:  proxier.Handler,
+		Attach: attach,
+		AfterDelete: func(m *mounts.Mount) {
+			forgetMount(proxier, sessions, kcp.ClusterOf(m), m.Name, m.UID)
+		},
+		// The embedded etcd lives and dies with this process, and nothing else writes it.
+		SoleWriter: c.Extra.EmbeddedEtcd != nil,
 	})
 	if err != nil {
 		return nil, err

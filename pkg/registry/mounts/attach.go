@@ -4,9 +4,7 @@ import (
 	"context"
 	"net/http"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
@@ -25,7 +23,7 @@ type AttachHandlerFunc func(ctx context.Context, m *mounts.Mount) (http.Handler,
 // priority-and-fairness seat for the whole life of the tunnel. This server's own
 // LongRunningFunc lists attach as well (pkg/apiserver).
 type AttachREST struct {
-	store   *genericregistry.Store
+	mounts  mountReader
 	handler AttachHandlerFunc
 }
 
@@ -49,13 +47,12 @@ func (r *AttachREST) ConnectMethods() []string { return attachMethods }
 // NewConnectOptions says the subresource takes no options and no path.
 func (r *AttachREST) NewConnectOptions() (runtime.Object, bool, string) { return nil, false, "" }
 
-// Connect reads the Mount with a quorum read, as the proxy does: an agent must not attach to
-// a Mount deleted (or deleted and created again, with another UID) a moment ago on another
-// replica.
+// Connect reads the Mount as the proxy does (fence.go): an agent must not attach to a Mount
+// deleted (or deleted and created again, with another UID) a moment ago, on any replica.
 func (r *AttachREST) Connect(ctx context.Context, name string, _ runtime.Object, _ rest.Responder) (http.Handler, error) {
-	obj, err := r.store.Get(ctx, name, &metav1.GetOptions{})
+	m, err := r.mounts.get(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	return r.handler(ctx, obj.(*mounts.Mount))
+	return r.handler(ctx, m)
 }

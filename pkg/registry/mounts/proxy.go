@@ -5,21 +5,20 @@ import (
 	"fmt"
 	"net/http"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
 )
 
-// ProxyHandlerFunc builds the handler of one proxied request to a Mount.
+// ProxyHandlerFunc builds the handler of one proxied request to a Mount. m may be shared with
+// the watch cache: read it, never change it.
 type ProxyHandlerFunc func(ctx context.Context, m *mounts.Mount, innerPath string) (http.Handler, error)
 
 // ProxyREST is the mounts/<name>/proxy[/<path>] subresource: it forwards any request to the
 // Mount's target.
 type ProxyREST struct {
-	store   *genericregistry.Store
+	mounts  mountReader
 	handler ProxyHandlerFunc
 }
 
@@ -46,21 +45,22 @@ func (r *ProxyREST) NewConnectOptions() (runtime.Object, bool, string) {
 	return &mounts.MountProxyOptions{}, true, "path"
 }
 
-// Connect reads the Mount from etcd with a quorum read on every request, as kube-apiserver's
-// own proxy subresources do: a request that starts after a write of its Mount was acknowledged
-// sees that write, on any replica. The watch cache (resourceVersion "0") lagged behind writes:
-// a deleted Mount was still proxied, a Mount switched from MountCredentials to Impersonate still
-// lent its bare credentials. A quorum read of one key costs about as much as asking etcd for
+// Connect reads the Mount so that a request that starts after a write of its Mount was
+// acknowledged sees that write, on any replica (fence.go). The watch cache as it is
+// (resourceVersion "0") lagged behind writes: a deleted Mount was still proxied, a Mount
+// switched from MountCredentials to Impersonate still lent its bare credentials. With an etcd
+// that replicas share, the read is a quorum read: it costs about as much as asking etcd for
 // its current revision, which a consistent read from the cache would need as well, and it
-// never waits for the watch to catch up (BenchmarkProxyMountRead).
+// never waits for the watch to catch up (BenchmarkProxyMountRead). With the embedded etcd it is
+// a cache read no older than this process's newest acknowledged write.
 func (r *ProxyREST) Connect(ctx context.Context, name string, opts runtime.Object, _ rest.Responder) (http.Handler, error) {
 	proxyOpts, ok := opts.(*mounts.MountProxyOptions)
 	if !ok {
 		return nil, fmt.Errorf("invalid options object: %#v", opts)
 	}
-	obj, err := r.store.Get(ctx, name, &metav1.GetOptions{})
+	m, err := r.mounts.get(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	return r.handler(ctx, obj.(*mounts.Mount), proxyOpts.Path)
+	return r.handler(ctx, m, proxyOpts.Path)
 }

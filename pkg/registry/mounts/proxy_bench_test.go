@@ -42,7 +42,7 @@ func BenchmarkProxyMountRead(b *testing.B) {
 	b.Cleanup(func() { server.Terminate(b) })
 	cfg.Codec = apiserver.Codecs.LegacyCodec(v1alpha1.SchemeGroupVersion)
 	cfg.EventsHistoryWindow = storagebackend.DefaultEventsHistoryWindow
-	storage, err := mountsregistry.NewStorage(apiserver.Scheme, cachedOptions{cfg}, nil, nil, nil)
+	storage, err := mountsregistry.NewStorage(apiserver.Scheme, cachedOptions{cfg}, mountsregistry.StorageOptions{})
 	if err != nil {
 		b.Fatal(err)
 	}

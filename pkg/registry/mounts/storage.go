@@ -50,10 +50,22 @@ type Storage struct {
 	Attach *AttachREST
 }
 
-// NewStorage returns the storage of mounts over the RESTOptionsGetter's etcd. proxy serves
-// mounts/proxy; attach, if set, mounts/attach; afterDelete, if set, learns of every deleted
-// Mount.
-func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, proxy ProxyHandlerFunc, attach AttachHandlerFunc, afterDelete func(*mounts.Mount)) (*Storage, error) {
+// StorageOptions says what the storage of mounts serves besides the Mounts themselves.
+type StorageOptions struct {
+	// Proxy serves mounts/proxy.
+	Proxy ProxyHandlerFunc
+	// Attach, if set, serves mounts/attach.
+	Attach AttachHandlerFunc
+	// AfterDelete, if set, learns of every deleted Mount.
+	AfterDelete func(*mounts.Mount)
+	// SoleWriter says that no other process writes this storage's etcd (the embedded etcd):
+	// proxied requests then read their Mount from the watch cache, no older than this
+	// process's newest acknowledged write, instead of from etcd (fence.go).
+	SoleWriter bool
+}
+
+// NewStorage returns the storage of mounts over the RESTOptionsGetter's etcd.
+func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, o StorageOptions) (*Storage, error) {
 	resource := mounts.Resource("mounts")
 	optsGetter = storedRESTOptions{optsGetter}
 	opts, err := optsGetter.GetRESTOptions(resource, &mounts.Mount{})
@@ -79,7 +91,7 @@ func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, pr
 
 		TableConvertor: tableConvertor{},
 	}
-	if afterDelete != nil {
+	if afterDelete := o.AfterDelete; afterDelete != nil {
 		store.AfterDelete = func(obj runtime.Object, _ *metav1.DeleteOptions) {
 			afterDelete(obj.(*mounts.Mount))
 		}
@@ -87,15 +99,21 @@ func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, pr
 	if err := store.CompleteWithOptions(&generic.StoreOptions{RESTOptions: optsGetter, AttrFunc: GetAttrs}); err != nil {
 		return nil, fmt.Errorf("completing storage of %s: %w", resource, err)
 	}
+	reader := mountReader{store: store}
+	if o.SoleWriter {
+		// Before the status store copies it: status writes raise the fence too.
+		reader.fence = &writeFence{}
+		store.Storage.Storage = fencedStorage{Interface: store.Storage.Storage, fence: reader.fence}
+	}
 
 	statusStrategy := NewStatusStrategy(strategy)
 	statusStore := *store
 	statusStore.UpdateStrategy = statusStrategy
 	statusStore.ResetFieldsStrategy = statusStrategy
 
-	storage := &Storage{Mount: &REST{store}, Status: &StatusREST{store: &statusStore}, Proxy: &ProxyREST{store: store, handler: proxy}}
-	if attach != nil {
-		storage.Attach = &AttachREST{store: store, handler: attach}
+	storage := &Storage{Mount: &REST{store}, Status: &StatusREST{store: &statusStore}, Proxy: &ProxyREST{mounts: reader, handler: o.Proxy}}
+	if o.Attach != nil {
+		storage.Attach = &AttachREST{mounts: reader, handler: o.Attach}
 	}
 	return storage, nil
 }
