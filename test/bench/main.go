@@ -125,6 +125,9 @@ func run(requests, listMB, lists int) error {
 		// go-restful), a GET of the Mount from the watch cache. The bare proxy's CPU plus this
 		// is the floor of a proxied GET that keeps the chain.
 		{name: "GET of the Mount", cfg: agg.DirectConfig(bencherHost), url: agg.Mount.URL + "/apis/mounts.kcp.io/v1alpha1/mounts/bench?resourceVersion=0", proc: mountProc},
+		// Not a proxy path either: the bare proxy's process answering by itself, what serving
+		// a request costs without a hop and without an apiserver's chain.
+		{name: "bare Go server", client: floor.client, url: floor.url + localPath, proc: floor.process},
 	}
 	if compareBinary != "" {
 		other, pid, err := framework.StartProcess(ctx, compareBinary, filepath.Join(dir, "compare"), "--kubeconfig", agg.Kubeconfig, "--audit-log-path=")
@@ -167,7 +170,8 @@ func run(requests, listMB, lists int) error {
 			fmt.Printf(" round %d\n", round+1)
 		}
 		var p50s, p99s []time.Duration
-		var bareCPU, mountCPU time.Duration
+		var bareCPU, serveCPU, mountCPU, getCPU time.Duration
+		var bareP50, serveP50, mountP50, getP50 time.Duration
 		for i, p := range paths {
 			c, err := clientOf(i)
 			if err != nil {
@@ -205,20 +209,32 @@ func run(requests, listMB, lists int) error {
 				n := requests + 50
 				cpu, allocs := p.proc.perRequest(before, after, elapsed, n)
 				line += fmt.Sprintf("  CPU %v/req", cpu.Round(time.Microsecond))
+				switch p.name {
+				case "bare Go proxy":
+					bareCPU, bareP50 = cpu, p50
+				case "bare Go server":
+					serveCPU, serveP50 = cpu, p50
+				case "GET of the Mount":
+					getCPU, getP50 = cpu, p50
+				case "mount proxy":
+					mountCPU, mountP50 = cpu, p50
+				}
 				switch {
-				case i == 1:
-					bareCPU = cpu
-				case p.name == "mount proxy":
-					mountCPU = cpu
-					line += fmt.Sprintf(" (%.2fx bare)", float64(cpu)/float64(bareCPU))
-				case p.url != "" && bareCPU > 0 && mountCPU > 0:
-					line += fmt.Sprintf(" (mount proxy: %.2fx bare + this)", float64(mountCPU)/float64(bareCPU+cpu))
+				case i == 1 || p.url != "":
 				case bareCPU > 0:
 					line += fmt.Sprintf(" (%.2fx bare)", float64(cpu)/float64(bareCPU))
 				}
 				line += fmt.Sprintf("  %.0f allocs/req", allocs)
 			}
 			fmt.Println(line)
+		}
+		if serveCPU > 0 && getCPU > 0 {
+			// The floor of a proxied GET that keeps the apiserver's chain: serving the caller's
+			// request and the chain (the GET of the Mount), plus the hop (the bare proxy less
+			// its serving).
+			floorCPU, floorP50 := getCPU+bareCPU-serveCPU, getP50+bareP50-serveP50
+			fmt.Printf("  floor of a proxied GET through the chain (GET of the Mount + bare proxy - bare server): CPU %v/req, p50 %v; mount proxy CPU %.2fx floor, p50 %.2fx floor\n",
+				floorCPU.Round(time.Microsecond), floorP50.Round(time.Microsecond), float64(mountCPU)/float64(floorCPU), float64(mountP50)/float64(floorP50))
 		}
 	}
 	fmt.Printf("  (idle CPU subtracted: bare %v/s, mount-apiserver %v/s; mount-apiserver's CPU includes its embedded etcd)\n",

@@ -180,6 +180,12 @@ func startBareProxy(dir string, remote *framework.KubeAPIServer) (*bareProxy, er
 // mount's credentials and the same impersonation headers, so the remote does the same work as
 // behind the mount proxy. It has no authentication, authorization or API machinery; it is a
 // reference, not a product. It serves until killed.
+// localPath is answered by the bare proxy's process itself, with a body of the size of the
+// proxied small GET's answer.
+const localPath = "/bench-local"
+
+var localBody = []byte(`{"kind":"Namespace","apiVersion":"v1","metadata":{"name":"default","uid":"00000000-0000-0000-0000-000000000000","resourceVersion":"1","creationTimestamp":"2026-01-01T00:00:00Z","labels":{"kubernetes.io/metadata.name":"default"},"managedFields":[{"manager":"kube-apiserver","operation":"Update","apiVersion":"v1","time":"2026-01-01T00:00:00Z","fieldsType":"FieldsV1","fieldsV1":{"f:metadata":{"f:labels":{".":{},"f:kubernetes.io/metadata.name":{}}}}}]},"spec":{"finalizers":["kubernetes"]},"status":{"phase":"Active"}}`)
+
 func serveBareProxy(kubeconfig string) error {
 	creds, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
@@ -203,6 +209,12 @@ func serveBareProxy(kubeconfig string) error {
 		},
 	}
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.URL.Path == localPath {
+			// No hop: what serving a request costs the process (TLS, HTTP/2, a small body).
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write(localBody)
+			return
+		}
 		if req.URL.Path == mallocsPath {
 			var m runtime.MemStats
 			runtime.ReadMemStats(&m)

@@ -305,6 +305,8 @@ func TestProxyHeaders(t *testing.T) {
 	req.Header.Set("X-Remote-User", "system:admin")
 	req.Header.Set("X-Remote-Group", "system:masters")
 	req.Header.Set("Proxy-Authorization", "Basic c2VjcmV0")
+	// Hop-by-hop: Go's reverse proxy would pass this one on.
+	req.Header.Set("Te", "trailers")
 	resp, err := (&http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig}}).Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -331,7 +333,7 @@ func TestProxyHeaders(t *testing.T) {
 	if g := got.Header.Values("Impersonate-Group"); !contains(g, "frank-team") || contains(g, "system:masters") {
 		t.Errorf("Impersonate-Group = %v", g)
 	}
-	for _, h := range []string{"Cookie", "X-Remote-User", "X-Remote-Group", "Proxy-Authorization"} {
+	for _, h := range []string{"Cookie", "X-Remote-User", "X-Remote-Group", "Proxy-Authorization", "Te"} {
 		if v := got.Header.Get(h); v != "" {
 			t.Errorf("%s reached the target: %q", h, v)
 		}
