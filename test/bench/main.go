@@ -9,7 +9,7 @@
 // /proc/<pid>/stat, less the process's idle rate) and Go heap allocations per request (the
 // runtime's malloc count), the proxy's against the bare proxy's in the same run.
 //
-//	go run ./test/bench [-requests 2000] [-list-mb 10] [-cpuprofile f] [-allocprofile f]
+//	go run ./test/bench [-requests 2000] [-list-mb 10] [-rounds n] [-shared-etcd] [-compare-binary b] [-cpuprofile f] [-allocprofile f]
 package main
 
 import (
@@ -31,6 +31,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
+	"github.com/kcp-dev/mount-apiserver/pkg/embeddedetcd"
 	clientset "github.com/kcp-dev/mount-apiserver/pkg/generated/clientset/versioned"
 	"github.com/kcp-dev/mount-apiserver/test/bench/measure"
 	"github.com/kcp-dev/mount-apiserver/test/integration/framework"
@@ -45,6 +46,7 @@ func main() {
 	flag.StringVar(&binary, "binary", "", "the mount-apiserver binary to measure (default: built from ./cmd/mount-apiserver), e.g. an older version's")
 	flag.StringVar(&compareBinary, "compare-binary", "", "also measure this mount-apiserver binary (e.g. an older version), as a second server with its own etcd, in the same rounds")
 	flag.IntVar(&rounds, "rounds", 1, "how often to repeat the small GETs of every path")
+	flag.BoolVar(&sharedEtcd, "shared-etcd", false, "also measure a mount-apiserver whose etcd is not its own (--etcd-servers), as HA replicas run: it reads each Mount with a quorum read")
 	flag.IntVar(&profileSeconds, "profile-seconds", 10, "how long to profile")
 	flag.Parse()
 	if kubeconfig := os.Getenv(bareProxyEnv); kubeconfig != "" {
@@ -64,6 +66,7 @@ var (
 	cpuProfile, allocProfile string
 	profileSeconds, rounds   int
 	binary, compareBinary    string
+	sharedEtcd               bool
 )
 
 func run(requests, listMB, lists int) error {
@@ -104,6 +107,7 @@ func run(requests, listMB, lists int) error {
 		return err
 	}
 	defer floor.stop()
+	var stops []func()
 	admin := agg.DirectConfig(host.AdminConfig)
 	mountProc := &process{pid: agg.Pid, mallocs: func() (int, error) { return framework.Metric(admin, "go_memstats_mallocs_total") }}
 	paths := []struct {
@@ -129,12 +133,14 @@ func run(requests, listMB, lists int) error {
 		// a request costs without a hop and without an apiserver's chain.
 		{name: "bare Go server", client: floor.client, url: floor.url + localPath, proc: floor.process},
 	}
-	if compareBinary != "" {
-		other, pid, err := framework.StartProcess(ctx, compareBinary, filepath.Join(dir, "compare"), "--kubeconfig", agg.Kubeconfig, "--audit-log-path=")
+	// extra starts another mount-apiserver process with the Mount "bench" and returns its path,
+	// inserted after the mount proxy.
+	extra := func(name, bin, subdir string, args ...string) error {
+		other, pid, err := framework.StartProcess(ctx, bin, filepath.Join(dir, subdir), append([]string{"--kubeconfig", agg.Kubeconfig, "--audit-log-path="}, args...)...)
 		if err != nil {
 			return err
 		}
-		defer other.Stop()
+		stops = append(stops, func() { _ = other.Stop() })
 		direct := func(cfg *rest.Config) *rest.Config {
 			cfg = rest.CopyConfig(cfg)
 			cfg.Host, cfg.CAData = other.URL, other.CAData
@@ -148,9 +154,32 @@ func run(requests, listMB, lists int) error {
 		if err := otherProc.measureIdle(3 * time.Second); err != nil {
 			return err
 		}
-		fmt.Printf("compared: %s (idle CPU %v/s)\n", compareBinary, otherProc.idle.Round(time.Microsecond))
+		fmt.Printf("%s: %s %s (idle CPU %v/s)\n", name, bin, strings.Join(args, " "), otherProc.idle.Round(time.Microsecond))
 		paths = slices.Insert(paths, 3, paths[2])
-		paths[3].name, paths[3].cfg, paths[3].base, paths[3].proc = "compared mount proxy", direct(bencherHost), other.URL+"/apis/mounts.kcp.io/v1alpha1/mounts/bench/proxy", otherProc
+		paths[3].name, paths[3].cfg, paths[3].base, paths[3].proc = name, direct(bencherHost), other.URL+"/apis/mounts.kcp.io/v1alpha1/mounts/bench/proxy", otherProc
+		return nil
+	}
+	defer func() {
+		for _, stop := range stops {
+			stop()
+		}
+	}()
+	if sharedEtcd {
+		// An etcd of its own process would be shared by replicas; this one runs in the bench's
+		// process, so the server's CPU below leaves out etcd's side of its reads.
+		etcd, err := embeddedetcd.Start(ctx, embeddedetcd.Options{Directory: filepath.Join(dir, "shared-etcd"), LogLevel: "error"})
+		if err != nil {
+			return err
+		}
+		stops = append(stops, etcd.Close)
+		if err := extra("mount, shared etcd", bin, "shared", "--etcd-servers", etcd.ClientURL); err != nil {
+			return err
+		}
+	}
+	if compareBinary != "" {
+		if err := extra("compared mount proxy", compareBinary, "compare"); err != nil {
+			return err
+		}
 	}
 	clientOf := func(i int) (*http.Client, error) {
 		if paths[i].client != nil {
