@@ -161,6 +161,12 @@ func (c CompletedConfig) New() (*Server, error) {
 		}
 	}
 
+	routes, err := NewProxyRoutes(generic.Handler.GoRestfulContainer)
+	if err != nil {
+		return nil, fmt.Errorf("routing proxied requests: %w", err)
+	}
+	generic.Handler.GoRestfulContainer.Router(routes)
+
 	if err := generic.AddPostStartHook("mount-proxy-transport-expiry", func(hookCtx genericapiserver.PostStartHookContext) error {
 		go proxier.Transports.Run(hookCtx)
 		return nil
