@@ -109,7 +109,7 @@ func run(requests, listMB, lists int) error {
 	defer floor.stop()
 	var stops []func()
 	admin := agg.DirectConfig(host.AdminConfig)
-	mountProc := &process{pid: agg.Pid, mallocs: func() (int, error) { return framework.Metric(admin, "go_memstats_mallocs_total") }}
+	mountProc := &process{pid: agg.Pid, heap: goHeap(admin)}
 	paths := []struct {
 		name   string
 		cfg    *rest.Config
@@ -150,7 +150,7 @@ func run(requests, listMB, lists int) error {
 			return err
 		}
 		otherAdmin := direct(host.AdminConfig)
-		otherProc := &process{pid: pid, mallocs: func() (int, error) { return framework.Metric(otherAdmin, "go_memstats_mallocs_total") }}
+		otherProc := &process{pid: pid, heap: goHeap(otherAdmin)}
 		if err := otherProc.measureIdle(3 * time.Second); err != nil {
 			return err
 		}
@@ -236,7 +236,7 @@ func run(requests, listMB, lists int) error {
 				}
 				// The warm-up GETs count too: timeGets sends 50 before the timed ones.
 				n := requests + 50
-				cpu, allocs := p.proc.perRequest(before, after, elapsed, n)
+				cpu, allocs, bytes := p.proc.perRequest(before, after, elapsed, n)
 				line += fmt.Sprintf("  CPU %v/req", cpu.Round(time.Microsecond))
 				switch p.name {
 				case "bare Go proxy":
@@ -253,7 +253,7 @@ func run(requests, listMB, lists int) error {
 				case bareCPU > 0:
 					line += fmt.Sprintf(" (%.2fx bare)", float64(cpu)/float64(bareCPU))
 				}
-				line += fmt.Sprintf("  %.0f allocs/req", allocs)
+				line += fmt.Sprintf("  %.0f allocs/req  %.1f KB/req", allocs, bytes/1024)
 			}
 			fmt.Println(line)
 		}
@@ -380,6 +380,18 @@ func createBenchMount(ctx context.Context, cfg *rest.Config) error {
 	_, err = mounts.MountsV1alpha1().Mounts().Create(ctx, &v1alpha1.Mount{ObjectMeta: metav1.ObjectMeta{Name: "bench"},
 		Spec: v1alpha1.MountSpec{Ref: v1alpha1.ObjectReference{Namespace: "clusters", Name: "bench"}}}, metav1.CreateOptions{})
 	return err
+}
+
+// goHeap reads a mount-apiserver's allocations so far from its metrics.
+func goHeap(admin *rest.Config) func() (int, int, error) {
+	return func() (int, int, error) {
+		n, err := framework.Metric(admin, "go_memstats_mallocs_total")
+		if err != nil {
+			return 0, 0, err
+		}
+		bytes, err := framework.Metric(admin, "go_memstats_alloc_bytes_total")
+		return n, bytes, err
+	}
 }
 
 func upstreamConnections(admin *rest.Config) (int, error) {

@@ -30,18 +30,19 @@ const clockTick = 10 * time.Millisecond
 
 // process is a proxy process whose CPU time and allocations the bench reads.
 type process struct {
-	pid     int
-	mallocs func() (int, error)
+	pid int
+	// heap reads the process's Go heap allocations so far: their count and bytes.
+	heap func() (allocs, bytes int, err error)
 	// idle is the process's CPU time per second without requests (probes, leases, the
 	// embedded etcd), subtracted from what requests cost.
 	idle time.Duration
-	// scrape is the allocations of one mallocs call itself.
-	scrape int
+	// scrape, scrapeBytes are the allocations of one heap call itself.
+	scrape, scrapeBytes int
 }
 
 type usage struct {
-	cpu     time.Duration
-	mallocs int
+	cpu            time.Duration
+	mallocs, bytes int
 }
 
 func (p *process) usage() (usage, error) {
@@ -63,11 +64,11 @@ func (p *process) usage() (usage, error) {
 	if err != nil {
 		return usage{}, err
 	}
-	mallocs, err := p.mallocs()
+	mallocs, bytes, err := p.heap()
 	if err != nil {
 		return usage{}, err
 	}
-	return usage{cpu: time.Duration(utime+stime) * clockTick, mallocs: mallocs}, nil
+	return usage{cpu: time.Duration(utime+stime) * clockTick, mallocs: mallocs, bytes: bytes}, nil
 }
 
 // measureIdle measures the idle CPU rate over d and what one reading allocates.
@@ -84,21 +85,22 @@ func (p *process) measureIdle(d time.Duration) error {
 	}
 	elapsed := time.Since(start)
 	p.idle = time.Duration(float64(after.cpu-before.cpu) / elapsed.Seconds())
-	p.scrape = after.mallocs - before.mallocs
+	p.scrape, p.scrapeBytes = after.mallocs-before.mallocs, after.bytes-before.bytes
 	return nil
 }
 
-// perRequest is the CPU time and allocations of one of n requests between two readings.
-func (p *process) perRequest(before, after usage, elapsed time.Duration, n int) (time.Duration, float64) {
+// perRequest is the CPU time, allocations and allocated bytes of one of n requests between
+// two readings.
+func (p *process) perRequest(before, after usage, elapsed time.Duration, n int) (time.Duration, float64, float64) {
 	cpu := after.cpu - before.cpu - time.Duration(float64(p.idle)*elapsed.Seconds())
-	return cpu / time.Duration(n), float64(after.mallocs-before.mallocs-p.scrape) / float64(n)
+	return cpu / time.Duration(n), float64(after.mallocs-before.mallocs-p.scrape) / float64(n), float64(after.bytes-before.bytes-p.scrapeBytes) / float64(n)
 }
 
 // bareProxyEnv makes the bench binary run the bare proxy instead: its value is the kubeconfig
 // of the mount's credentials.
 const bareProxyEnv = "MOUNT_BENCH_BARE_PROXY"
 
-// mallocsPath answers the bare proxy's malloc count instead of proxying.
+// mallocsPath answers the bare proxy's malloc count and allocated bytes instead of proxying.
 const mallocsPath = "/bench-mallocs"
 
 type bareProxy struct {
@@ -162,15 +164,15 @@ func startBareProxy(dir string, remote *framework.KubeAPIServer) (*bareProxy, er
 		return nil, err
 	}
 	b := &bareProxy{url: parts[0], client: c, stop: stop}
-	b.process = &process{pid: cmd.Process.Pid, mallocs: func() (int, error) {
+	b.process = &process{pid: cmd.Process.Pid, heap: func() (int, int, error) {
 		resp, err := c.Get(b.url + mallocsPath)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		defer resp.Body.Close()
-		var n int
-		_, err = fmt.Fscan(resp.Body, &n)
-		return n, err
+		var n, bytes int
+		_, err = fmt.Fscan(resp.Body, &n, &bytes)
+		return n, bytes, err
 	}}
 	return b, nil
 }
@@ -180,6 +182,7 @@ func startBareProxy(dir string, remote *framework.KubeAPIServer) (*bareProxy, er
 // mount's credentials and the same impersonation headers, so the remote does the same work as
 // behind the mount proxy. It has no authentication, authorization or API machinery; it is a
 // reference, not a product. It serves until killed.
+//
 // localPath is answered by the bare proxy's process itself, with a body of the size of the
 // proxied small GET's answer.
 const localPath = "/bench-local"
@@ -218,7 +221,7 @@ func serveBareProxy(kubeconfig string) error {
 		if req.URL.Path == mallocsPath {
 			var m runtime.MemStats
 			runtime.ReadMemStats(&m)
-			fmt.Fprintln(w, m.Mallocs)
+			fmt.Fprintln(w, m.Mallocs, m.TotalAlloc)
 			return
 		}
 		proxy.ServeHTTP(w, req)
