@@ -340,6 +340,65 @@ func TestPagedListsAreConsistent(t *testing.T) {
 		t.Errorf("after the writes: %v, %d more", names(now), remaining(now))
 	}
 
+	// A token the cache wrote, read by etcd after a write.
+	first = page("")
+	second = page(first.Continue)
+	if _, err := mounts.Create(ctx, urlMount("p-6a"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mounts.List(ctx, metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	before, err = framework.Metric(s.Config, etcdLists)
+	if err != nil {
+		t.Fatal(err)
+	}
+	third = page(second.Continue)
+	after, err = framework.Metric(s.Config, etcdLists)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = [][]string{names(first), names(second), names(third)}
+	want = [][]string{{"p-0", "p-1", "p-2"}, {"p-3", "p-3a", "p-4"}, {"p-6"}}
+	if diff := cmp.Diff(want, got); diff != "" || after-before != 1 {
+		t.Errorf("pages, the last from etcd (%d etcd reads): %s", after-before, diff)
+	}
+
+	// Pages so small that each copy of the whole cache costs more than reading the page from
+	// etcd: once the wrapper has seen how many Mounts a page copies, etcd serves them.
+	for i := range 50 {
+		if _, err := mounts.Create(ctx, urlMount(fmt.Sprintf("q-%02d", i)), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	small := func(cont string) *v1alpha1.MountList {
+		t.Helper()
+		l, err := mounts.List(ctx, metav1.ListOptions{Limit: 1, Continue: cont})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	first = small("")
+	second = small(first.Continue) // from the cache, which copies all 57
+	before, err = framework.Metric(s.Config, etcdLists)
+	if err != nil {
+		t.Fatal(err)
+	}
+	third = small(second.Continue) // 1 * 50 < 57: from etcd
+	after, err = framework.Metric(s.Config, etcdLists)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := [][]string{names(first), names(second), names(third)}; !cmp.Equal(got, [][]string{{"p-0"}, {"p-1"}, {"p-2"}}) || after-before != 1 {
+		t.Errorf("pages of 1: %v, %d read from etcd, want 1", got, after-before)
+	}
+	for i := range 50 {
+		if err := mounts.Delete(ctx, fmt.Sprintf("q-%02d", i), metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
 	// A field selector pages the matching Mounts only, without a count, as etcd does.
 	var sel []string
 	cont := ""
@@ -356,7 +415,7 @@ func TestPagedListsAreConsistent(t *testing.T) {
 			break
 		}
 	}
-	if want := []string{"p-0", "p-2", "p-3", "p-3a", "p-4", "p-6"}; !cmp.Equal(sel, want) {
+	if want := []string{"p-0", "p-2", "p-3", "p-3a", "p-4", "p-6", "p-6a"}; !cmp.Equal(sel, want) {
 		t.Errorf("pages with a field selector: %v, want %v", sel, want)
 	}
 }
