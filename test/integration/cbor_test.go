@@ -419,3 +419,58 @@ func TestPagedListsAreConsistent(t *testing.T) {
 		t.Errorf("pages with a field selector: %v, want %v", sel, want)
 	}
 }
+
+// TestPagedListsInLogicalClusters: in kcp mode, pages of one logical cluster and of the
+// wildcard (keys <cluster>/<name>) come from the cache in etcd's order, each Mount once.
+func TestPagedListsInLogicalClusters(t *testing.T) {
+	ctx := context.Background()
+	s := framework.StartInProcess(t, "", func(o *options.Options) { o.KcpMode = true; apiOnly(o) })
+	clientAt := func(cluster string) clientset.Interface {
+		c := rest.CopyConfig(s.Config)
+		c.Host = s.URL + "/clusters/" + cluster
+		client, err := clientset.NewForConfig(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return client
+	}
+	for _, cluster := range []string{"ws-b", "ws-a", "ws-c"} {
+		for _, name := range []string{"y", "x", "z"} {
+			m := &v1alpha1.Mount{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.MountSpec{Type: v1alpha1.MountTypeWorkspace, Ref: v1alpha1.ObjectReference{Name: "root:team"}}}
+			if _, err := clientAt(cluster).MountsV1alpha1().Mounts().Create(ctx, m, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	const etcdLists = `apiserver_storage_list_total{group="mounts.kcp.io",index="",resource="mounts",storage="etcd"}`
+	for cluster, want := range map[string][]string{
+		"ws-a": {"x@ws-a", "y@ws-a", "z@ws-a"},
+		"*":    {"x@ws-a", "y@ws-a", "z@ws-a", "x@ws-b", "y@ws-b", "z@ws-b", "x@ws-c", "y@ws-c", "z@ws-c"},
+	} {
+		before, err := framework.Metric(s.Config, etcdLists)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		cont := ""
+		for {
+			l, err := clientAt(cluster).MountsV1alpha1().Mounts().List(ctx, metav1.ListOptions{Limit: 2, Continue: cont})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range l.Items {
+				got = append(got, m.Name+"@"+m.Annotations["kcp.io/cluster"])
+			}
+			if cont = l.Continue; cont == "" {
+				break
+			}
+		}
+		after, err := framework.Metric(s.Config, etcdLists)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !cmp.Equal(got, want) || after != before {
+			t.Errorf("pages of %s: %v (%d from etcd), want %v", cluster, got, after-before, want)
+		}
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -99,13 +100,13 @@ func run(n, rounds int, serverFlags []string) error {
 	if createErr != nil {
 		return createErr
 	}
-	fmt.Printf("created %d mounts in %v\n", n, time.Since(start).Round(time.Millisecond))
+	fmt.Printf("created %d mounts in %v; RSS %d MiB\n", n, time.Since(start).Round(time.Millisecond), rssMiB(pid))
 
 	raw, err := rest.HTTPClientFor(s.Config)
 	if err != nil {
 		return err
 	}
-	if err := lists(ctx, s, raw, n, rounds); err != nil {
+	if err := lists(ctx, s, raw, n, rounds, pid); err != nil {
 		return err
 	}
 	// kubectl's Accept for tables.
@@ -161,7 +162,7 @@ func run(n, rounds int, serverFlags []string) error {
 		wholes = append(wholes, d)
 		fmt.Printf("round: %d pages; first %v, later pages %v in all; one page %v (%.1f MB)\n", pages, firsts[len(firsts)-1].Round(time.Millisecond), total.Round(time.Millisecond), d.Round(time.Millisecond), float64(size)/1e6)
 	}
-	fmt.Printf("Table pages of 500 as kubectl asks, read by the client: first page p50 %v, later pages p50 %v (max %v); one page of all p50 %v\n", p50(firsts), p50(laters), slices.Max(laters).Round(time.Millisecond), p50(wholes))
+	fmt.Printf("Table pages of 500 as kubectl asks, read by the client: first page p50 %v, later pages p50 %v (max %v); one page of all p50 %v; server's RSS %d MiB\n", p50(firsts), p50(laters), slices.Max(laters).Round(time.Millisecond), p50(wholes), rssMiB(pid))
 
 	kubeBin, err := framework.KubeBinDir()
 	if err != nil {
@@ -213,7 +214,7 @@ func p50(d []time.Duration) time.Duration {
 }
 
 // lists times the whole LIST as bytes and decoded by client-go, in JSON and in CBOR.
-func lists(ctx context.Context, s *framework.Server, raw *http.Client, n, rounds int) error {
+func lists(ctx context.Context, s *framework.Server, raw *http.Client, n, rounds, pid int) error {
 	for _, accept := range []string{"application/json", "application/cbor"} {
 		var samples []time.Duration
 		var size int64
@@ -255,7 +256,7 @@ func lists(ctx context.Context, s *framework.Server, raw *http.Client, n, rounds
 				return fmt.Errorf("listed %d mounts as %s, want %d", len(list.Items), accept, n)
 			}
 		}
-		fmt.Printf("LIST of %d mounts as %s, decoded by client-go: p50 %v\n", n, accept, p50(samples))
+		fmt.Printf("LIST of %d mounts as %s, decoded by client-go: p50 %v; server's RSS %d MiB\n", n, accept, p50(samples), rssMiB(pid))
 	}
 	if cborProfile == "" {
 		return nil
@@ -276,4 +277,18 @@ func lists(ctx context.Context, s *framework.Server, raw *http.Client, n, rounds
 		resp.Body.Close()
 	}
 	return <-done
+}
+
+func rssMiB(pid int) int {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.Atoi(f[1])
+			return kb / 1024
+		}
+	}
+	return -1
 }
