@@ -218,14 +218,19 @@ func TestCBOR(t *testing.T) {
 		t.Errorf("stored value of the Mount created in CBOR is not compressed JSON: %q", plain)
 	}
 
-	// Real kubectl: as it comes (JSON), and with client-go's CBOR gates on.
+	// Real kubectl: as it comes, and with client-go's CBOR gates on.
 	for _, env := range [][]string{nil, {"KUBE_FEATURE_ClientsAllowCBOR=true", "KUBE_FEATURE_ClientsPreferCBOR=true"}} {
 		for _, args := range [][]string{{"get", "mounts"}, {"get", "mount", "d", "-o", "json"}, {"label", "mount", "d", fmt.Sprintf("env%d=yes", len(env))}} {
-			cmd := exec.Command("kubectl", append([]string{"--kubeconfig", s.Kubeconfig, "-v=6"}, args...)...)
+			cmd := exec.Command("kubectl", append([]string{"--kubeconfig", s.Kubeconfig, "-v=8"}, args...)...)
 			cmd.Env = append(os.Environ(), env...)
 			out, err := cmd.CombinedOutput()
 			if err != nil {
 				t.Fatalf("kubectl %v with %v: %v\n%s", args, env, err, out)
+			}
+			// kubectl v1.37.1 asks for JSON (Tables, unstructured objects, patches) even with
+			// client-go's CBOR gates; -v=8 logs the headers.
+			if strings.Contains(string(out), "application/cbor") || !strings.Contains(string(out), "Content-Type: application/json") {
+				t.Errorf("kubectl %v with %v: not JSON throughout", args, env)
 			}
 			if args[1] == "mounts" && !regexpMatch(`(?m)^d\s+URL\s`, string(out)) {
 				t.Errorf("kubectl get mounts with %v:\n%s", env, out)
