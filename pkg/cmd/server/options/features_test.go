@@ -12,3 +12,9 @@ func TestListFromCacheSnapshotIsOffByDefault(t *testing.T) {
 		t.Error("ListFromCacheSnapshot is on; this server defaults it off to keep the watch cache's memory down")
 	}
 }
+
+func TestCBORServingIsOnByDefault(t *testing.T) {
+	if !utilfeature.DefaultFeatureGate.Enabled(features.CBORServingAndStorage) {
+		t.Error("CBORServingAndStorage is off; this server serves CBOR by default")
+	}
+}

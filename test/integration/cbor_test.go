@@ -1,0 +1,481 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer/cbor"
+	"k8s.io/apiserver/pkg/storage/value"
+	clientfeatures "k8s.io/client-go/features"
+	clientfeaturestesting "k8s.io/client-go/features/testing"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
+	"github.com/kcp-dev/mount-apiserver/pkg/cmd/server/options"
+	"github.com/kcp-dev/mount-apiserver/pkg/embeddedetcd"
+	clientset "github.com/kcp-dev/mount-apiserver/pkg/generated/clientset/versioned"
+	"github.com/kcp-dev/mount-apiserver/pkg/storagevalue"
+	"github.com/kcp-dev/mount-apiserver/test/integration/framework"
+)
+
+// contentTypes records the Content-Type of every response a client receives.
+type contentTypes struct {
+	mu   sync.Mutex
+	seen map[string]int
+}
+
+func (c *contentTypes) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+		resp, err := rt.RoundTrip(req)
+		if err == nil {
+			c.mu.Lock()
+			c.seen[req.Method+" "+resp.Header.Get("Content-Type")]++
+			c.mu.Unlock()
+		}
+		return resp, err
+	})
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// TestCBOR: the server answers application/cbor to clients that ask for it (client-go
+// preferring CBOR, a raw request, kubectl with client-go's CBOR gates), the same objects as in
+// JSON; JSON clients get JSON; etcd keeps the compressed JSON.
+func TestCBOR(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	etcd, err := embeddedetcd.Start(ctx, embeddedetcd.Options{Directory: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(etcd.Close)
+	s := framework.StartInProcess(t, "", func(o *options.Options) {
+		apiOnly(o)
+		o.Etcd.StorageConfig.Transport.ServerList = []string{etcd.ClientURL}
+	})
+	for _, name := range []string{"a", "b", "c"} {
+		if _, err := s.Client.MountsV1alpha1().Mounts().Create(ctx, urlMount(name), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// client-go preferring CBOR (both of its alpha gates, as a user turns them on with
+	// KUBE_FEATURE_ClientsAllowCBOR / KUBE_FEATURE_ClientsPreferCBOR).
+	clientfeaturestesting.SetFeatureDuringTest(t, clientfeatures.ClientsAllowCBOR, true)
+	clientfeaturestesting.SetFeatureDuringTest(t, clientfeatures.ClientsPreferCBOR, true)
+	seen := &contentTypes{seen: map[string]int{}}
+	cfg := rest.CopyConfig(s.Config)
+	cfg.Wrap(seen.wrap)
+	cborClient, err := clientset.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := cborClient.MountsV1alpha1().Mounts().Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	created, err := cborClient.MountsV1alpha1().Mounts().Create(ctx, urlMount("d"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-w.ResultChan():
+		if m, ok := ev.Object.(*v1alpha1.Mount); !ok || m.Name == "" {
+			t.Errorf("watch event over CBOR: %v %T", ev.Type, ev.Object)
+		}
+	case <-time.After(wait30s):
+		t.Fatal("no watch event over CBOR")
+	}
+	got, err := cborClient.MountsV1alpha1().Mounts().Get(ctx, "d", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(created, got); diff != "" {
+		t.Errorf("CBOR create and get differ: %s", diff)
+	}
+	cborList, err := cborClient.MountsV1alpha1().Mounts().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen.mu.Lock()
+	for k := range seen.seen {
+		if !strings.HasPrefix(k, "GET application/cbor") && !strings.HasPrefix(k, "POST application/cbor") {
+			t.Errorf("client-go preferring CBOR received %q", k)
+		}
+	}
+	if seen.seen["GET application/cbor-seq"] == 0 || seen.seen["POST application/cbor"] == 0 {
+		t.Errorf("client-go preferring CBOR: responses %v, want a CBOR watch and create", seen.seen)
+	}
+	seen.mu.Unlock()
+
+	// JSON clients are unaffected: raw requests, and the typed JSON client.
+	jsonCfg := rest.CopyConfig(s.Config)
+	jsonCfg.ContentType = "application/json" // as set, not defaulted: the gates leave it alone
+	jsonClient, err := clientset.NewForConfig(jsonCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jsonList, err := jsonClient.MountsV1alpha1().Mounts().List(ctx, metav1.ListOptions{ResourceVersion: cborList.ResourceVersion, ResourceVersionMatch: metav1.ResourceVersionMatchExact})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(jsonList, cborList); diff != "" || len(cborList.Items) != 4 {
+		t.Errorf("LIST in CBOR (%d items) differs from JSON: %s", len(cborList.Items), diff)
+	}
+	raw := func(path, accept string) ([]byte, string, int) {
+		t.Helper()
+		c, err := rest.HTTPClientFor(s.Config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Accept", accept)
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatalf("GET %s (%s): %v", path, accept, err)
+		}
+		return body, resp.Header.Get("Content-Type"), resp.StatusCode
+	}
+	const list = "/apis/mounts.kcp.io/v1alpha1/mounts"
+	jsonBody, ct, code := raw(list, "application/json")
+	if code != http.StatusOK || ct != "application/json" || !json.Valid(jsonBody) {
+		t.Errorf("Accept: application/json got %q, valid JSON %v", ct, json.Valid(jsonBody))
+	}
+	var fromJSON v1alpha1.MountList
+	if err := json.Unmarshal(jsonBody, &fromJSON); err != nil {
+		t.Fatal(err)
+	}
+	cborBody, ct, code := raw(list, "application/cbor")
+	if code != http.StatusOK || ct != "application/cbor" {
+		t.Fatalf("Accept: application/cbor got %d %q", code, ct)
+	}
+	scheme := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	metav1.AddToGroupVersion(scheme, metav1.SchemeGroupVersion)
+	var fromCBOR v1alpha1.MountList
+	if _, _, err := cbor.NewSerializer(scheme, scheme).Decode(cborBody, nil, &fromCBOR); err != nil {
+		t.Fatalf("decoding the CBOR LIST: %v", err)
+	}
+	// The Mounts are the same; the list's resourceVersion may have moved on between reads.
+	if diff := cmp.Diff(fromJSON.Items, fromCBOR.Items); diff != "" || len(fromCBOR.Items) != 4 {
+		t.Errorf("raw CBOR LIST (%d items) differs from JSON: %s", len(fromCBOR.Items), diff)
+	}
+	if len(cborBody) >= len(jsonBody) {
+		t.Errorf("CBOR LIST is %d bytes, JSON %d", len(cborBody), len(jsonBody))
+	}
+	// Tables: k8s.io/apiserver v0.37.2 converts to Table for JSON and YAML only (Table in CBOR
+	// is 406 as in kube-apiserver); kubectl asks for a JSON Table with or without its CBOR gates.
+	if body, ct, code := raw(list, "application/json;as=Table;v=v1;g=meta.k8s.io"); code != http.StatusOK || !strings.HasPrefix(ct, "application/json") || !bytes.Contains(body, []byte(`"kind":"Table"`)) {
+		t.Errorf("Table in JSON: %d %q", code, ct)
+	}
+	if _, _, code := raw(list, "application/cbor;as=Table;v=v1;g=meta.k8s.io"); code != http.StatusNotAcceptable {
+		t.Errorf("Table in CBOR: %d, want 406 as upstream answers", code)
+	}
+
+	// etcd keeps the compressed JSON, also for the Mount created in CBOR.
+	client, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.ClientURL}, DialTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	key := "/mount-apiserver/mounts.kcp.io/mounts/_default/d"
+	stored, err := client.Get(ctx, key)
+	if err != nil || len(stored.Kvs) != 1 {
+		t.Fatalf("reading %s: %v", key, err)
+	}
+	plain, _, err := storagevalue.Compressing(nil).TransformFromStorage(ctx, stored.Kvs[0].Value, value.DefaultContext(key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(stored.Kvs[0].Value, []byte(storagevalue.Prefix)) || !json.Valid(plain) || !bytes.Contains(plain, []byte(`"kind":"Mount"`)) {
+		t.Errorf("stored value of the Mount created in CBOR is not compressed JSON: %q", plain)
+	}
+
+	// Real kubectl: as it comes, and with client-go's CBOR gates on.
+	for _, env := range [][]string{nil, {"KUBE_FEATURE_ClientsAllowCBOR=true", "KUBE_FEATURE_ClientsPreferCBOR=true"}} {
+		for _, args := range [][]string{{"get", "mounts"}, {"get", "mount", "d", "-o", "json"}, {"label", "mount", "d", fmt.Sprintf("env%d=yes", len(env))}} {
+			cmd := exec.Command("kubectl", append([]string{"--kubeconfig", s.Kubeconfig, "-v=8"}, args...)...)
+			cmd.Env = append(os.Environ(), env...)
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("kubectl %v with %v: %v\n%s", args, env, err, out)
+			}
+			// kubectl v1.37.1 asks for JSON (Tables, unstructured objects, patches) even with
+			// client-go's CBOR gates; -v=8 logs the headers.
+			if strings.Contains(string(out), "application/cbor") || !strings.Contains(string(out), "Content-Type: application/json") {
+				t.Errorf("kubectl %v with %v: not JSON throughout", args, env)
+			}
+			if args[1] == "mounts" && !regexpMatch(`(?m)^d\s+URL\s`, string(out)) {
+				t.Errorf("kubectl get mounts with %v:\n%s", env, out)
+			}
+			if args[0] == "get" && args[1] == "mount" && !strings.Contains(string(out), `"kind": "Mount"`) {
+				t.Errorf("kubectl get mount -o json with %v:\n%s", env, out)
+			}
+		}
+	}
+	labelled, err := jsonClient.MountsV1alpha1().Mounts().Get(ctx, "d", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if labelled.Labels["env0"] != "yes" || labelled.Labels["env2"] != "yes" {
+		t.Errorf("labels set by kubectl: %v", labelled.Labels)
+	}
+}
+
+const wait30s = 30 * time.Second
+
+// TestPagedListsAreConsistent: later pages of a LIST come from the watch cache while it is at
+// the first page's resourceVersion, and from etcd at that revision once a write moved the
+// cache on; either way every page shows the state of the first.
+func TestPagedListsAreConsistent(t *testing.T) {
+	ctx := context.Background()
+	s := framework.StartInProcess(t, "", apiOnly)
+	mounts := s.Client.MountsV1alpha1().Mounts()
+	for i := range 7 {
+		if _, err := mounts.Create(ctx, urlMount(fmt.Sprintf("p-%d", i)), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const etcdLists = `apiserver_storage_list_total{group="mounts.kcp.io",index="",resource="mounts",storage="etcd"}`
+	page := func(cont string) *v1alpha1.MountList {
+		t.Helper()
+		l, err := mounts.List(ctx, metav1.ListOptions{Limit: 3, Continue: cont})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	names := func(l *v1alpha1.MountList) (n []string) {
+		for _, m := range l.Items {
+			n = append(n, m.Name)
+		}
+		return n
+	}
+	remaining := func(l *v1alpha1.MountList) int64 {
+		if l.RemainingItemCount == nil {
+			return -1
+		}
+		return *l.RemainingItemCount
+	}
+
+	// Nothing written between pages: no page from etcd.
+	before, err := framework.Metric(s.Config, etcdLists)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := page("")
+	second := page(first.Continue)
+	third := page(second.Continue)
+	after, err := framework.Metric(s.Config, etcdLists)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := [][]string{names(first), names(second), names(third)}
+	want := [][]string{{"p-0", "p-1", "p-2"}, {"p-3", "p-4", "p-5"}, {"p-6"}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("pages: %s", diff)
+	}
+	if remaining(first) != 4 || remaining(second) != 1 || third.Continue != "" || third.RemainingItemCount != nil {
+		t.Errorf("remaining items %d, %d, last continue %q", remaining(first), remaining(second), third.Continue)
+	}
+	if second.ResourceVersion != first.ResourceVersion || third.ResourceVersion != first.ResourceVersion {
+		t.Errorf("resourceVersions of the pages: %s, %s, %s", first.ResourceVersion, second.ResourceVersion, third.ResourceVersion)
+	}
+	if after != before {
+		t.Errorf("%d pages read from etcd without a write in between", after-before)
+	}
+
+	// Writes between pages: the later pages still show the first page's state, from etcd.
+	first = page("")
+	if _, err := mounts.Create(ctx, urlMount("p-3a"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := mounts.Delete(ctx, "p-5", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The cache has seen the writes before the next page is asked for.
+	if _, err := mounts.List(ctx, metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	before, err = framework.Metric(s.Config, etcdLists)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second = page(first.Continue)
+	third = page(second.Continue)
+	after, err = framework.Metric(s.Config, etcdLists)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = [][]string{names(first), names(second), names(third)}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("pages across writes: %s", diff)
+	}
+	if after-before != 2 {
+		t.Errorf("%d pages read from etcd after writes, want 2", after-before)
+	}
+	if now := page(""); !cmp.Equal(names(now), []string{"p-0", "p-1", "p-2"}) || remaining(now) != 4 {
+		t.Errorf("after the writes: %v, %d more", names(now), remaining(now))
+	}
+
+	// A token the cache wrote, read by etcd after a write.
+	first = page("")
+	second = page(first.Continue)
+	if _, err := mounts.Create(ctx, urlMount("p-6a"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mounts.List(ctx, metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	before, err = framework.Metric(s.Config, etcdLists)
+	if err != nil {
+		t.Fatal(err)
+	}
+	third = page(second.Continue)
+	after, err = framework.Metric(s.Config, etcdLists)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = [][]string{names(first), names(second), names(third)}
+	want = [][]string{{"p-0", "p-1", "p-2"}, {"p-3", "p-3a", "p-4"}, {"p-6"}}
+	if diff := cmp.Diff(want, got); diff != "" || after-before != 1 {
+		t.Errorf("pages, the last from etcd (%d etcd reads): %s", after-before, diff)
+	}
+
+	// Pages so small that each copy of the whole cache costs more than reading the page from
+	// etcd: once the wrapper has seen how many Mounts a page copies, etcd serves them.
+	for i := range 50 {
+		if _, err := mounts.Create(ctx, urlMount(fmt.Sprintf("q-%02d", i)), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	small := func(cont string) *v1alpha1.MountList {
+		t.Helper()
+		l, err := mounts.List(ctx, metav1.ListOptions{Limit: 1, Continue: cont})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	first = small("")
+	second = small(first.Continue) // from the cache, which copies all 57
+	before, err = framework.Metric(s.Config, etcdLists)
+	if err != nil {
+		t.Fatal(err)
+	}
+	third = small(second.Continue) // 1 * 50 < 57: from etcd
+	after, err = framework.Metric(s.Config, etcdLists)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := [][]string{names(first), names(second), names(third)}; !cmp.Equal(got, [][]string{{"p-0"}, {"p-1"}, {"p-2"}}) || after-before != 1 {
+		t.Errorf("pages of 1: %v, %d read from etcd, want 1", got, after-before)
+	}
+	for i := range 50 {
+		if err := mounts.Delete(ctx, fmt.Sprintf("q-%02d", i), metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A field selector pages the matching Mounts only, without a count, as etcd does.
+	var sel []string
+	cont := ""
+	for {
+		l, err := mounts.List(ctx, metav1.ListOptions{Limit: 2, Continue: cont, FieldSelector: "metadata.name!=p-1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Continue != "" && l.RemainingItemCount != nil {
+			t.Errorf("a page with a selector counts %d remaining items", *l.RemainingItemCount)
+		}
+		sel = append(sel, names(l)...)
+		if cont = l.Continue; cont == "" {
+			break
+		}
+	}
+	if want := []string{"p-0", "p-2", "p-3", "p-3a", "p-4", "p-6", "p-6a"}; !cmp.Equal(sel, want) {
+		t.Errorf("pages with a field selector: %v, want %v", sel, want)
+	}
+}
+
+// TestPagedListsInLogicalClusters: in kcp mode, pages of one logical cluster and of the
+// wildcard (keys <cluster>/<name>) come from the cache in etcd's order, each Mount once.
+func TestPagedListsInLogicalClusters(t *testing.T) {
+	ctx := context.Background()
+	s := framework.StartInProcess(t, "", func(o *options.Options) { o.KcpMode = true; apiOnly(o) })
+	clientAt := func(cluster string) clientset.Interface {
+		c := rest.CopyConfig(s.Config)
+		c.Host = s.URL + "/clusters/" + cluster
+		client, err := clientset.NewForConfig(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return client
+	}
+	for _, cluster := range []string{"ws-b", "ws-a", "ws-c"} {
+		for _, name := range []string{"y", "x", "z"} {
+			m := &v1alpha1.Mount{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.MountSpec{Type: v1alpha1.MountTypeWorkspace, Ref: v1alpha1.ObjectReference{Name: "root:team"}}}
+			if _, err := clientAt(cluster).MountsV1alpha1().Mounts().Create(ctx, m, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	const etcdLists = `apiserver_storage_list_total{group="mounts.kcp.io",index="",resource="mounts",storage="etcd"}`
+	for cluster, want := range map[string][]string{
+		"ws-a": {"x@ws-a", "y@ws-a", "z@ws-a"},
+		"*":    {"x@ws-a", "y@ws-a", "z@ws-a", "x@ws-b", "y@ws-b", "z@ws-b", "x@ws-c", "y@ws-c", "z@ws-c"},
+	} {
+		before, err := framework.Metric(s.Config, etcdLists)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		cont := ""
+		for {
+			l, err := clientAt(cluster).MountsV1alpha1().Mounts().List(ctx, metav1.ListOptions{Limit: 2, Continue: cont})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range l.Items {
+				got = append(got, m.Name+"@"+m.Annotations["kcp.io/cluster"])
+			}
+			if cont = l.Continue; cont == "" {
+				break
+			}
+		}
+		after, err := framework.Metric(s.Config, etcdLists)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !cmp.Equal(got, want) || after != before {
+			t.Errorf("pages of %s: %v (%d from etcd), want %v", cluster, got, after-before, want)
+		}
+	}
+}
