@@ -16,6 +16,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer/cbor"
@@ -55,9 +56,10 @@ type roundTripperFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
-// TestCBOR: the server answers application/cbor to clients that ask for it (client-go
-// preferring CBOR, a raw request, kubectl with client-go's CBOR gates), the same objects as in
-// JSON; JSON clients get JSON; etcd keeps the compressed JSON.
+// TestCBOR: with --feature-gates=CBORServingAndStorage=true the server answers
+// application/cbor to clients that ask for it (client-go preferring CBOR, a raw request,
+// kubectl with client-go's CBOR gates), the same objects as in JSON; JSON clients get JSON;
+// etcd keeps the compressed JSON.
 func TestCBOR(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	etcd, err := embeddedetcd.Start(ctx, embeddedetcd.Options{Directory: t.TempDir()})
@@ -65,10 +67,9 @@ func TestCBOR(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(etcd.Close)
-	s := framework.StartInProcess(t, "", func(o *options.Options) {
-		apiOnly(o)
-		o.Etcd.StorageConfig.Transport.ServerList = []string{etcd.ClientURL}
-	})
+	// CBOR is opt-in: the binary, turned on with the flag as a user gives it.
+	s := framework.BuildBinary(t).Start(t, t.TempDir(), "--etcd-servers="+etcd.ClientURL, "--status-controller=false",
+		"--feature-gates=CBORServingAndStorage=true").Server
 	for _, name := range []string{"a", "b", "c"} {
 		if _, err := s.Client.MountsV1alpha1().Mounts().Create(ctx, urlMount(name), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -250,6 +251,126 @@ func TestCBOR(t *testing.T) {
 }
 
 const wait30s = 30 * time.Second
+
+// TestCBORIsOptIn: without the feature gate the server offers no CBOR. A client-go client
+// preferring CBOR gets JSON for everything it does (after one 415 for its first CBOR body,
+// which client-go answers by sending JSON from then on); a request accepting only CBOR is
+// 406, a CBOR body 415, and nothing of the body is parsed.
+func TestCBORIsOptIn(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	s := framework.StartInProcess(t, "", apiOnly)
+	if _, err := s.Client.MountsV1alpha1().Mounts().Create(ctx, urlMount("a"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	clientfeaturestesting.SetFeatureDuringTest(t, clientfeatures.ClientsAllowCBOR, true)
+	clientfeaturestesting.SetFeatureDuringTest(t, clientfeatures.ClientsPreferCBOR, true)
+	seen := &contentTypes{seen: map[string]int{}}
+	cfg := rest.CopyConfig(s.Config)
+	cfg.Wrap(seen.wrap)
+	cborClient, err := clientset.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := cborClient.MountsV1alpha1().Mounts().Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	// client-go's first CBOR body is refused (415, nothing parsed) and makes the client send
+	// JSON from then on; the caller sees that one error, as against any server without CBOR.
+	if _, err := cborClient.MountsV1alpha1().Mounts().Create(ctx, urlMount("b"), metav1.CreateOptions{}); !apierrors.IsUnsupportedMediaType(err) {
+		t.Fatalf("first create in CBOR: %v, want 415", err)
+	}
+	created, err := cborClient.MountsV1alpha1().Mounts().Create(ctx, urlMount("b"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create by a client preferring CBOR, again: %v", err)
+	}
+	select {
+	case ev := <-w.ResultChan():
+		if m, ok := ev.Object.(*v1alpha1.Mount); !ok || m.Name == "" {
+			t.Errorf("watch event: %v %T", ev.Type, ev.Object)
+		}
+	case <-time.After(wait30s):
+		t.Fatal("no watch event")
+	}
+	got, err := cborClient.MountsV1alpha1().Mounts().Get(ctx, "b", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(created, got); diff != "" {
+		t.Errorf("create and get differ: %s", diff)
+	}
+	list, err := cborClient.MountsV1alpha1().Mounts().List(ctx, metav1.ListOptions{})
+	if err != nil || len(list.Items) != 2 {
+		t.Fatalf("list: %v, %d items", err, len(list.Items))
+	}
+	jsonList, err := s.Client.MountsV1alpha1().Mounts().List(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion, ResourceVersionMatch: metav1.ResourceVersionMatchExact})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(jsonList, list); diff != "" {
+		t.Errorf("lists of the client preferring CBOR and of the JSON client differ: %s", diff)
+	}
+	seen.mu.Lock()
+	for k, n := range seen.seen {
+		if strings.Contains(k, "cbor") { // the 415 is a JSON Status too
+			t.Errorf("a server without the gate answered %q %d times", k, n)
+		}
+	}
+	if seen.seen["GET application/json"] == 0 || seen.seen["POST application/json"] == 0 {
+		t.Errorf("responses %v, want JSON to GETs and the POST", seen.seen)
+	}
+	seen.mu.Unlock()
+
+	c, err := rest.HTTPClientFor(s.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	do := func(method, path, accept, contentType string, body []byte) (int, string) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx, method, s.URL+path, bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Accept", accept)
+		if contentType != "" {
+			req.Header.Set("Content-Type", contentType)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, resp.Header.Get("Content-Type")
+	}
+	const mountsPath = "/apis/mounts.kcp.io/v1alpha1/mounts"
+	if code, ct := do(http.MethodGet, mountsPath, "application/cbor", "", nil); code != http.StatusNotAcceptable {
+		t.Errorf("GET accepting only CBOR: %d %q, want 406", code, ct)
+	}
+	if code, ct := do(http.MethodGet, mountsPath, "application/cbor, application/json;q=0.9", "", nil); code != http.StatusOK || ct != "application/json" {
+		t.Errorf("GET preferring CBOR: %d %q, want JSON", code, ct)
+	}
+	scheme := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	m := urlMount("c")
+	m.APIVersion, m.Kind = v1alpha1.SchemeGroupVersion.String(), "Mount"
+	var body bytes.Buffer
+	if err := cbor.NewSerializer(scheme, scheme).Encode(m, &body); err != nil {
+		t.Fatal(err)
+	}
+	if code, ct := do(http.MethodPost, mountsPath, "application/json", "application/cbor", body.Bytes()); code != http.StatusUnsupportedMediaType {
+		t.Errorf("POST of a CBOR body: %d %q, want 415", code, ct)
+	}
+	if _, err := s.Client.MountsV1alpha1().Mounts().Get(ctx, "c", metav1.GetOptions{}); err == nil {
+		t.Error("the Mount of the refused CBOR body exists")
+	}
+}
 
 // TestPagedListsAreConsistent: later pages of a LIST come from the watch cache while it is at
 // the first page's resourceVersion, and from etcd at that revision once a write moved the

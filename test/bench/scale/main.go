@@ -98,6 +98,8 @@ func run(n, unreachablePercent int, steady time.Duration) error {
 		etcdPid = pid
 		args = append(args, "--etcd-servers", url)
 	}
+	// CBOR is opt-in; the LISTs below are read in CBOR too.
+	args = append(args, "--feature-gates=CBORServingAndStorage=true")
 	args = append(args, strings.Fields(serverFlags)...)
 	server := exec.Command(bin, args...)
 	logFile, err := os.Create(filepath.Join(dir, "server.log"))

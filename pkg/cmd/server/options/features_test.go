@@ -13,8 +13,8 @@ func TestListFromCacheSnapshotIsOffByDefault(t *testing.T) {
 	}
 }
 
-func TestCBORServingIsOnByDefault(t *testing.T) {
-	if !utilfeature.DefaultFeatureGate.Enabled(features.CBORServingAndStorage) {
-		t.Error("CBORServingAndStorage is off; this server serves CBOR by default")
+func TestCBORServingIsOffByDefault(t *testing.T) {
+	if utilfeature.DefaultFeatureGate.Enabled(features.CBORServingAndStorage) {
+		t.Error("CBORServingAndStorage is on; this server serves CBOR only with --feature-gates=CBORServingAndStorage=true")
 	}
 }
