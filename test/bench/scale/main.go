@@ -43,6 +43,9 @@ func main() {
 	steady := flag.Duration("steady", 5*time.Minute, "how long to count status writes and sample RSS after the LISTs, with nothing changing")
 	flag.StringVar(&heapProfile, "heapprofile", "", "write the server's heap profile (in use) after the steady state to this file")
 	flag.BoolVar(&externalEtcd, "external-etcd", false, "run etcd as its own process (--etcd-servers), to report the server's and etcd's RSS apart")
+	flag.BoolVar(&withCBOR, "cbor", false, "serve CBOR too (--feature-gates=CBORServingAndStorage=true, off by default) and read the LISTs in CBOR as well")
+	flag.StringVar(&serverBinary, "server-binary", "", "run this mount-apiserver binary (e.g. one built from another commit) instead of building ./cmd/mount-apiserver")
+	flag.StringVar(&saveMount, "save-mount", "", "write one Ready Mount, as the server answers a GET in JSON, to this file (test/bench/lists/testdata/mount.json)")
 	flag.StringVar(&serverFlags, "server-flags", "", "extra flags for mount-apiserver, space separated (e.g. \"--feature-gates=ListFromCacheSnapshot=false\")")
 	flag.Parse()
 	clientfeatures.ReplaceFeatureGates(allowCBOR{clientfeatures.FeatureGates()})
@@ -56,6 +59,9 @@ var (
 	externalEtcd bool
 	heapProfile  string
 	serverFlags  string
+	serverBinary string
+	saveMount    string
+	withCBOR     bool
 )
 
 func run(n, unreachablePercent int, steady time.Duration) error {
@@ -77,9 +83,11 @@ func run(n, unreachablePercent int, steady time.Duration) error {
 		return err
 	}
 
-	bin, err := framework.BuildMountAPIServer()
-	if err != nil {
-		return err
+	bin := serverBinary
+	if bin == "" {
+		if bin, err = framework.BuildMountAPIServer(); err != nil {
+			return err
+		}
 	}
 	port, err := framework.FreePort()
 	if err != nil {
@@ -98,8 +106,9 @@ func run(n, unreachablePercent int, steady time.Duration) error {
 		etcdPid = pid
 		args = append(args, "--etcd-servers", url)
 	}
-	// CBOR is opt-in; the LISTs below are read in CBOR too.
-	args = append(args, "--feature-gates=CBORServingAndStorage=true")
+	if withCBOR {
+		args = append(args, "--feature-gates=CBORServingAndStorage=true")
+	}
 	args = append(args, strings.Fields(serverFlags)...)
 	server := exec.Command(bin, args...)
 	logFile, err := os.Create(filepath.Join(dir, "server.log"))
@@ -193,6 +202,15 @@ func run(n, unreachablePercent int, steady time.Duration) error {
 		fmt.Printf("RSS with %d mounts: %d MiB (includes the embedded etcd)\n", n, rssMiB(server.Process.Pid))
 	}
 	memory(admin, server.Process.Pid)
+	if saveMount != "" {
+		body, err := client.MountsV1alpha1().RESTClient().Get().Resource("mounts").Name(fmt.Sprintf("m-%05d", n-1)).SetHeader("Accept", "application/json").DoRaw(ctx)
+		if err != nil {
+			return fmt.Errorf("reading a Mount to save: %w", err)
+		}
+		if err := os.WriteFile(saveMount, body, 0o644); err != nil {
+			return err
+		}
+	}
 
 	for _, rv := range []string{"", "0"} {
 		var samples []time.Duration
@@ -210,8 +228,8 @@ func run(n, unreachablePercent int, steady time.Duration) error {
 		slices.Sort(samples)
 		fmt.Printf("LIST of all %d mounts, decoded by client-go (resourceVersion %q): p50 %v, max %v\n", n, rv, samples[len(samples)/2].Round(time.Millisecond), samples[len(samples)-1].Round(time.Millisecond))
 	}
-	// The same LISTs in CBOR: client-go asked for application/cbor (its ClientsAllowCBOR gate is
-	// on in this process; only this client sets the content type).
+	// With -cbor, the same LISTs in CBOR: client-go asked for application/cbor (its
+	// ClientsAllowCBOR gate is on in this process; only this client sets the content type).
 	cborConfig := rest.CopyConfig(admin)
 	cborConfig.ContentType = "application/cbor"
 	cborClient, err := clientset.NewForConfig(cborConfig)
@@ -219,6 +237,9 @@ func run(n, unreachablePercent int, steady time.Duration) error {
 		return err
 	}
 	for _, rv := range []string{"", "0"} {
+		if !withCBOR {
+			break
+		}
 		var samples []time.Duration
 		for range 10 {
 			t0 := time.Now()
@@ -241,11 +262,14 @@ func run(n, unreachablePercent int, steady time.Duration) error {
 		return err
 	}
 	var samples []time.Duration
-	for _, read := range []struct{ what, accept string }{
+	reads := []struct{ what, accept string }{
 		{"LIST", "application/json"},
-		{"LIST in CBOR", "application/cbor"},
 		{"Table (kubectl's format, one page)", "application/json;as=Table;v=v1;g=meta.k8s.io"},
-	} {
+	}
+	if withCBOR {
+		reads = append(reads, struct{ what, accept string }{"LIST in CBOR", "application/cbor"})
+	}
+	for _, read := range reads {
 		samples = samples[:0]
 		var size int64
 		for range 10 {
