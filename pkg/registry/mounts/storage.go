@@ -120,8 +120,7 @@ func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, o 
 
 // storedRESTOptions adapts how Mounts are stored: the codec makes the Mounts it decodes share
 // their repeated values (intern.go) and answers bytes read again from the Mounts decoded from
-// them (recent.go), values are compressed in etcd (pkg/storagevalue), and later pages of a
-// LIST come from the watch cache while it holds their state (paging.go).
+// them (recent.go), and values are compressed in etcd (pkg/storagevalue).
 type storedRESTOptions struct {
 	generic.RESTOptionsGetter
 }
@@ -141,11 +140,7 @@ func (g storedRESTOptions) GetRESTOptions(resource schema.GroupResource, example
 		objectKey := objectKeyFunc("/" + strings.TrimPrefix(opts.ResourcePrefix, "/"))
 		opts.Decorator = func(config *storagebackend.ConfigForResource, resourcePrefix string, _ func(runtime.Object) (string, error),
 			newFunc, newListFunc func() runtime.Object, getAttrs storage.AttrFunc, trigger storage.IndexerFuncs, indexers *cache.Indexers) (storage.Interface, factory.DestroyFunc, error) {
-			s, destroy, err := decorate(config, resourcePrefix, objectKey, newFunc, newListFunc, getAttrs, trigger, indexers)
-			if err != nil {
-				return nil, nil, err
-			}
-			return withCachedPages(s, objectKey, newListFunc), destroy, nil
+			return decorate(config, resourcePrefix, objectKey, newFunc, newListFunc, getAttrs, trigger, indexers)
 		}
 	}
 	return opts, nil
