@@ -19,6 +19,7 @@ import (
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
 	"github.com/kcp-dev/mount-apiserver/pkg/apiserver"
+	"github.com/kcp-dev/mount-apiserver/pkg/cborfields"
 	clientscheme "github.com/kcp-dev/mount-apiserver/pkg/generated/clientset/versioned/scheme"
 )
 
@@ -46,13 +47,13 @@ var (
 	}
 )
 
-// serverCodecs are the group's codecs as k8s.io/apiserver builds them with CBOR served
-// (genericapiserver.NewDefaultAPIGroupInfo).
+// serverCodecs are the group's codecs as pkg/apiserver builds them with CBOR served: those
+// of genericapiserver.NewDefaultAPIGroupInfo, with pkg/cborfields' CBOR serializer.
 func serverCodecs() serializer.CodecFactory {
 	return serializer.NewCodecFactory(apiserver.Scheme,
 		serializer.WithStreamingCollectionEncodingToJSON(),
 		serializer.WithStreamingCollectionEncodingToProtobuf(),
-		serializer.WithSerializer(cbor.NewSerializerInfo))
+		serializer.WithSerializer(cborfields.NewSerializerInfo))
 }
 
 // encode writes obj as the server does for mediaType.
@@ -204,12 +205,22 @@ func BenchmarkDecodeList(b *testing.B) {
 // server converts from the internal version first).
 func BenchmarkEncodeList(b *testing.B) {
 	loadFixture(b)
-	codecs := serverCodecs()
-	for name, mediaType := range map[string]string{"json": runtime.ContentTypeJSON, "cbor": runtime.ContentTypeCBOR} {
-		b.Run(name, func(b *testing.B) {
+	upstream := serializer.NewCodecFactory(apiserver.Scheme,
+		serializer.WithStreamingCollectionEncodingToJSON(),
+		serializer.WithStreamingCollectionEncodingToProtobuf(),
+		serializer.WithSerializer(cbor.NewSerializerInfo))
+	for _, c := range []struct {
+		name, mediaType string
+		codecs          serializer.CodecFactory
+	}{
+		{"json", runtime.ContentTypeJSON, serverCodecs()},
+		{"cbor-upstream", runtime.ContentTypeCBOR, upstream},
+		{"cbor", runtime.ContentTypeCBOR, serverCodecs()},
+	} {
+		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := encode(codecs, mediaType, fixture.list); err != nil {
+				if _, err := encode(c.codecs, c.mediaType, fixture.list); err != nil {
 					b.Fatal(err)
 				}
 			}
