@@ -6,14 +6,18 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apiserver/pkg/features"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
+	"github.com/kcp-dev/mount-apiserver/pkg/cborfields"
 	"github.com/kcp-dev/mount-apiserver/pkg/clusters"
 	"github.com/kcp-dev/mount-apiserver/pkg/controller/agentconnected"
 	"github.com/kcp-dev/mount-apiserver/pkg/embeddedetcd"
@@ -137,6 +141,14 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, err
 	}
 	group := genericapiserver.NewDefaultAPIGroupInfo(mounts.GroupName, Scheme, ParameterCodec, Codecs)
+	if utilfeature.DefaultFeatureGate.Enabled(features.CBORServingAndStorage) {
+		// The codecs NewDefaultAPIGroupInfo builds with CBOR on, with the CBOR serializer that
+		// converts each distinct managedFields set to CBOR once (pkg/cborfields).
+		group.NegotiatedSerializer = serializer.NewCodecFactory(Scheme,
+			serializer.WithStreamingCollectionEncodingToJSON(),
+			serializer.WithStreamingCollectionEncodingToProtobuf(),
+			serializer.WithSerializer(cborfields.NewSerializerInfo))
+	}
 	group.VersionedResourcesStorageMap[v1alpha1.SchemeGroupVersion.Version] = map[string]rest.Storage{
 		"mounts":        storage.Mount,
 		"mounts/status": storage.Status,

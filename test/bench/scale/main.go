@@ -27,6 +27,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	clientfeatures "k8s.io/client-go/features"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
@@ -42,8 +43,12 @@ func main() {
 	steady := flag.Duration("steady", 5*time.Minute, "how long to count status writes and sample RSS after the LISTs, with nothing changing")
 	flag.StringVar(&heapProfile, "heapprofile", "", "write the server's heap profile (in use) after the steady state to this file")
 	flag.BoolVar(&externalEtcd, "external-etcd", false, "run etcd as its own process (--etcd-servers), to report the server's and etcd's RSS apart")
+	flag.BoolVar(&withCBOR, "cbor", false, "serve CBOR too (--feature-gates=CBORServingAndStorage=true, off by default) and read the LISTs in CBOR as well")
+	flag.StringVar(&serverBinary, "server-binary", "", "run this mount-apiserver binary (e.g. one built from another commit) instead of building ./cmd/mount-apiserver")
+	flag.StringVar(&saveMount, "save-mount", "", "write one Ready Mount, as the server answers a GET in JSON, to this file (test/bench/lists/testdata/mount.json)")
 	flag.StringVar(&serverFlags, "server-flags", "", "extra flags for mount-apiserver, space separated (e.g. \"--feature-gates=ListFromCacheSnapshot=false\")")
 	flag.Parse()
+	clientfeatures.ReplaceFeatureGates(allowCBOR{clientfeatures.FeatureGates()})
 	if err := run(*n, *unreachablePercent, *steady); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -54,6 +59,9 @@ var (
 	externalEtcd bool
 	heapProfile  string
 	serverFlags  string
+	serverBinary string
+	saveMount    string
+	withCBOR     bool
 )
 
 func run(n, unreachablePercent int, steady time.Duration) error {
@@ -75,9 +83,11 @@ func run(n, unreachablePercent int, steady time.Duration) error {
 		return err
 	}
 
-	bin, err := framework.BuildMountAPIServer()
-	if err != nil {
-		return err
+	bin := serverBinary
+	if bin == "" {
+		if bin, err = framework.BuildMountAPIServer(); err != nil {
+			return err
+		}
 	}
 	port, err := framework.FreePort()
 	if err != nil {
@@ -95,6 +105,9 @@ func run(n, unreachablePercent int, steady time.Duration) error {
 		defer stop()
 		etcdPid = pid
 		args = append(args, "--etcd-servers", url)
+	}
+	if withCBOR {
+		args = append(args, "--feature-gates=CBORServingAndStorage=true")
 	}
 	args = append(args, strings.Fields(serverFlags)...)
 	server := exec.Command(bin, args...)
@@ -189,6 +202,15 @@ func run(n, unreachablePercent int, steady time.Duration) error {
 		fmt.Printf("RSS with %d mounts: %d MiB (includes the embedded etcd)\n", n, rssMiB(server.Process.Pid))
 	}
 	memory(admin, server.Process.Pid)
+	if saveMount != "" {
+		body, err := client.MountsV1alpha1().RESTClient().Get().Resource("mounts").Name(fmt.Sprintf("m-%05d", n-1)).SetHeader("Accept", "application/json").DoRaw(ctx)
+		if err != nil {
+			return fmt.Errorf("reading a Mount to save: %w", err)
+		}
+		if err := os.WriteFile(saveMount, body, 0o644); err != nil {
+			return err
+		}
+	}
 
 	for _, rv := range []string{"", "0"} {
 		var samples []time.Duration
@@ -206,16 +228,48 @@ func run(n, unreachablePercent int, steady time.Duration) error {
 		slices.Sort(samples)
 		fmt.Printf("LIST of all %d mounts, decoded by client-go (resourceVersion %q): p50 %v, max %v\n", n, rv, samples[len(samples)/2].Round(time.Millisecond), samples[len(samples)-1].Round(time.Millisecond))
 	}
+	// With -cbor, the same LISTs in CBOR: client-go asked for application/cbor (its
+	// ClientsAllowCBOR gate is on in this process; only this client sets the content type).
+	cborConfig := rest.CopyConfig(admin)
+	cborConfig.ContentType = "application/cbor"
+	cborClient, err := clientset.NewForConfig(cborConfig)
+	if err != nil {
+		return err
+	}
+	for _, rv := range []string{"", "0"} {
+		if !withCBOR {
+			break
+		}
+		var samples []time.Duration
+		for range 10 {
+			t0 := time.Now()
+			list, err := cborClient.MountsV1alpha1().Mounts().List(ctx, metav1.ListOptions{ResourceVersion: rv})
+			if err != nil {
+				return err
+			}
+			samples = append(samples, time.Since(t0))
+			if len(list.Items) != n {
+				return fmt.Errorf("listed %d mounts in CBOR, want %d", len(list.Items), n)
+			}
+		}
+		slices.Sort(samples)
+		fmt.Printf("LIST of all %d mounts in CBOR, decoded by client-go (resourceVersion %q): p50 %v, max %v\n", n, rv, samples[len(samples)/2].Round(time.Millisecond), samples[len(samples)-1].Round(time.Millisecond))
+	}
+
 	// The same LIST read as bytes: what the server takes, without the client's JSON decoding.
 	raw, err := rest.HTTPClientFor(admin)
 	if err != nil {
 		return err
 	}
 	var samples []time.Duration
-	for _, read := range []struct{ what, accept string }{
+	reads := []struct{ what, accept string }{
 		{"LIST", "application/json"},
 		{"Table (kubectl's format, one page)", "application/json;as=Table;v=v1;g=meta.k8s.io"},
-	} {
+	}
+	if withCBOR {
+		reads = append(reads, struct{ what, accept string }{"LIST in CBOR", "application/cbor"})
+	}
+	for _, read := range reads {
 		samples = samples[:0]
 		var size int64
 		for range 10 {
@@ -391,4 +445,12 @@ func startEtcd(dir string) (url string, pid int, stop func(), err error) {
 		return "", 0, nil, err
 	}
 	return url, cmd.Process.Pid, func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }, nil
+}
+
+// allowCBOR turns on client-go's ClientsAllowCBOR (alpha) in this process, so that a client
+// that asks for application/cbor may decode it; clients that set no content type stay JSON.
+type allowCBOR struct{ clientfeatures.Gates }
+
+func (g allowCBOR) Enabled(f clientfeatures.Feature) bool {
+	return f == clientfeatures.ClientsAllowCBOR || g.Gates.Enabled(f)
 }
