@@ -45,6 +45,12 @@ type StatusConfig struct {
 	// of phase changes fill for minutes: renewals waiting behind them lost the lease at
 	// 10,000 mounts.
 	LeaseClient kubernetes.Interface
+	// EventsClient sends the controller's Events; nil uses the host client. A client of its
+	// own keeps the Events of thousands of phase changes out of the rate limiter of the host
+	// client, whose SubjectAccessReviews every Mount create waits for (MountLending): behind
+	// them, creates failed at 10,000 mounts with "client rate limiter Wait ... would exceed
+	// context deadline". Events are best effort: when their queue is full they are dropped.
+	EventsClient kubernetes.Interface
 }
 
 // startStatusController is the post-start hook that runs the status controller on the
@@ -81,7 +87,11 @@ func startStatusController(cfg StatusConfig, proxier *proxy.Proxier, sessions *t
 		}
 		var recorder events.EventRecorder
 		if host != nil {
-			broadcaster := events.NewBroadcaster(namespacedSink{namespace: EventsNamespace, sink: &events.EventSinkImpl{Interface: host.EventsV1()}})
+			eventsClient := host
+			if cfg.EventsClient != nil {
+				eventsClient = cfg.EventsClient
+			}
+			broadcaster := events.NewBroadcaster(namespacedSink{namespace: EventsNamespace, sink: &events.EventSinkImpl{Interface: eventsClient.EventsV1()}})
 			if err := broadcaster.StartRecordingToSinkWithContext(hookCtx); err != nil {
 				return fmt.Errorf("starting the event recorder: %w", err)
 			}

@@ -369,9 +369,13 @@ func (o CompletedOptions) applyDelegated(cfg *mountapiserver.Config, ca *pki.PKI
 	if cfg.Extra.HostClient, err = kubernetes.NewForConfig(hostConfig); err != nil {
 		return fmt.Errorf("creating host cluster client: %w", err)
 	}
-	// The Lease gets a client (and rate limiter) of its own: see StatusConfig.LeaseClient.
+	// The Lease and the Events get clients (and rate limiters) of their own: see
+	// StatusConfig.LeaseClient and EventsClient.
 	if cfg.Extra.Status.LeaseClient, err = kubernetes.NewForConfig(rest.CopyConfig(hostConfig)); err != nil {
 		return fmt.Errorf("creating host cluster client of the leader election: %w", err)
+	}
+	if cfg.Extra.Status.EventsClient, err = kubernetes.NewForConfig(rest.CopyConfig(hostConfig)); err != nil {
+		return fmt.Errorf("creating host cluster client of the events: %w", err)
 	}
 	if o.ExternalBaseURL == "" {
 		// Users reach the mounts through the host's aggregator.
