@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 
 	"github.com/google/uuid"
 	eventsv1 "k8s.io/api/events/v1"
@@ -91,7 +92,8 @@ func startStatusController(cfg StatusConfig, proxier *proxy.Proxier, sessions *t
 			if cfg.EventsClient != nil {
 				eventsClient = cfg.EventsClient
 			}
-			broadcaster := events.NewBroadcaster(namespacedSink{namespace: EventsNamespace, sink: &events.EventSinkImpl{Interface: eventsClient.EventsV1()}})
+			sink := newBoundedSink(namespacedSink{namespace: EventsNamespace, sink: &events.EventSinkImpl{Interface: eventsClient.EventsV1()}}, maxPendingEvents, logger)
+			broadcaster := events.NewBroadcaster(sink)
 			if err := broadcaster.StartRecordingToSinkWithContext(hookCtx); err != nil {
 				return fmt.Errorf("starting the event recorder: %w", err)
 			}
@@ -139,6 +141,50 @@ func startStatusController(cfg StatusConfig, proxier *proxy.Proxier, sessions *t
 // cluster-scoped objects in "default", which many may read; Kubernetes accepts them elsewhere
 // only in kube-system (for events.k8s.io/v1 Events), readable by cluster administrators.
 const EventsNamespace = metav1.NamespaceSystem
+
+// maxPendingEvents bounds the events on their way to the host: about a second of the host
+// client's rate.
+const maxPendingEvents = 100
+
+// boundedSink drops an event when maxPending are on their way already. client-go's broadcaster
+// starts a goroutine per event, which waits for the client's rate limiter: the 10,000 phase
+// changes of a bulk create held about 60 MiB of goroutine stacks and event copies for minutes
+// (issue #17, the scale bench). Events are best effort; a dropped one counts as recorded.
+type boundedSink struct {
+	sink    events.EventSink
+	slots   chan struct{}
+	dropped *atomic.Int64
+	logger  klog.Logger
+}
+
+func newBoundedSink(sink events.EventSink, maxPending int, logger klog.Logger) boundedSink {
+	return boundedSink{sink: sink, slots: make(chan struct{}, maxPending), dropped: &atomic.Int64{}, logger: logger}
+}
+
+func (s boundedSink) send(e *eventsv1.Event, send func() (*eventsv1.Event, error)) (*eventsv1.Event, error) {
+	select {
+	case s.slots <- struct{}{}:
+		defer func() { <-s.slots }()
+		return send()
+	default:
+		if n := s.dropped.Add(1); n == 1 || n%1000 == 0 {
+			s.logger.V(2).Info("Dropped events: too many are on their way to the host", "dropped", n, "pending", cap(s.slots))
+		}
+		return e, nil
+	}
+}
+
+func (s boundedSink) Create(ctx context.Context, e *eventsv1.Event) (*eventsv1.Event, error) {
+	return s.send(e, func() (*eventsv1.Event, error) { return s.sink.Create(ctx, e) })
+}
+
+func (s boundedSink) Update(ctx context.Context, e *eventsv1.Event) (*eventsv1.Event, error) {
+	return s.send(e, func() (*eventsv1.Event, error) { return s.sink.Update(ctx, e) })
+}
+
+func (s boundedSink) Patch(ctx context.Context, e *eventsv1.Event, data []byte) (*eventsv1.Event, error) {
+	return s.send(e, func() (*eventsv1.Event, error) { return s.sink.Patch(ctx, e, data) })
+}
 
 // namespacedSink writes events into one namespace, whatever namespace the recorder chose.
 type namespacedSink struct {
