@@ -33,6 +33,7 @@ import (
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
 	clientset "github.com/kcp-dev/mount-apiserver/pkg/generated/clientset/versioned"
+	"github.com/kcp-dev/mount-apiserver/test/bench/measure"
 	"github.com/kcp-dev/mount-apiserver/test/integration/framework"
 )
 
@@ -162,7 +163,11 @@ func run(n, rounds int, serverFlags []string) error {
 		wholes = append(wholes, d)
 		fmt.Printf("round: %d pages; first %v, later pages %v in all; one page %v (%.1f MB)\n", pages, firsts[len(firsts)-1].Round(time.Millisecond), total.Round(time.Millisecond), d.Round(time.Millisecond), float64(size)/1e6)
 	}
-	fmt.Printf("Table pages of 500 as kubectl asks, read by the client: first page p50 %v, later pages p50 %v (max %v); one page of all p50 %v; server's RSS %d MiB\n", p50(firsts), p50(laters), slices.Max(laters).Round(time.Millisecond), p50(wholes), rssMiB(pid))
+	maxLater := time.Duration(0)
+	if len(laters) > 0 {
+		maxLater = slices.Max(laters)
+	}
+	fmt.Printf("Table pages of 500 as kubectl asks, read by the client: first page p50 %v, later pages p50 %v (max %v); one page of all p50 %v; server's RSS %d MiB\n", p50(firsts), p50(laters), maxLater.Round(time.Millisecond), p50(wholes), rssMiB(pid))
 
 	kubeBin, err := framework.KubeBinDir()
 	if err != nil {
@@ -208,6 +213,9 @@ func run(n, rounds int, serverFlags []string) error {
 }
 
 func p50(d []time.Duration) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
 	s := slices.Clone(d)
 	slices.Sort(s)
 	return s[len(s)/2].Round(time.Millisecond)
@@ -216,25 +224,9 @@ func p50(d []time.Duration) time.Duration {
 // lists times the whole LIST as bytes and decoded by client-go, in JSON and in CBOR.
 func lists(ctx context.Context, s *framework.Server, raw *http.Client, n, rounds, pid int) error {
 	for _, accept := range []string{"application/json", "application/cbor"} {
-		var samples []time.Duration
-		var size int64
-		for range rounds {
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+"/apis/mounts.kcp.io/v1alpha1/mounts", nil)
-			if err != nil {
-				return err
-			}
-			req.Header.Set("Accept", accept)
-			t0 := time.Now()
-			resp, err := raw.Do(req)
-			if err != nil {
-				return err
-			}
-			size, err = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if err != nil {
-				return err
-			}
-			samples = append(samples, time.Since(t0))
+		samples, size, err := measure.TimeReads(ctx, raw, s.URL+"/apis/mounts.kcp.io/v1alpha1/mounts", accept, rounds)
+		if err != nil {
+			return err
 		}
 		fmt.Printf("LIST of %d mounts as %s, read as bytes (%.1f MB): p50 %v\n", n, accept, float64(size)/1e6, p50(samples))
 

@@ -1,6 +1,7 @@
 package measure
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -76,4 +77,33 @@ func ListThroughput(c *http.Client, url string, n int) (float64, int64, error) {
 		}
 	}
 	return float64(total) / 1e6 / elapsed.Seconds(), total / int64(n), nil
+}
+
+// TimeReads GETs url n times asking for accept, reading each answer to its end, and returns
+// the samples in order and the size of the last answer.
+func TimeReads(ctx context.Context, c *http.Client, url, accept string, n int) ([]time.Duration, int64, error) {
+	var samples []time.Duration
+	var size int64
+	for range n {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return nil, 0, err
+		}
+		req.Header.Set("Accept", accept)
+		start := time.Now()
+		resp, err := c.Do(req)
+		if err != nil {
+			return nil, 0, err
+		}
+		size, err = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return nil, 0, err
+		}
+		if resp.StatusCode != http.StatusOK {
+			return nil, 0, fmt.Errorf("GET %s as %s: %d", url, accept, resp.StatusCode)
+		}
+		samples = append(samples, time.Since(start))
+	}
+	return samples, size, nil
 }

@@ -11,7 +11,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -34,6 +33,7 @@ import (
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
 	"github.com/kcp-dev/mount-apiserver/pkg/cmd/server/options"
 	clientset "github.com/kcp-dev/mount-apiserver/pkg/generated/clientset/versioned"
+	"github.com/kcp-dev/mount-apiserver/test/bench/measure"
 	"github.com/kcp-dev/mount-apiserver/test/integration/framework"
 )
 
@@ -270,25 +270,9 @@ func run(n, unreachablePercent int, steady time.Duration) error {
 		reads = append(reads, struct{ what, accept string }{"LIST in CBOR", "application/cbor"})
 	}
 	for _, read := range reads {
-		samples = samples[:0]
-		var size int64
-		for range 10 {
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, admin.Host+"/apis/mounts.kcp.io/v1alpha1/mounts?resourceVersion=0", nil)
-			if err != nil {
-				return err
-			}
-			req.Header.Set("Accept", read.accept)
-			t0 := time.Now()
-			resp, err := raw.Do(req)
-			if err != nil {
-				return err
-			}
-			size, err = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if err != nil {
-				return err
-			}
-			samples = append(samples, time.Since(t0))
+		samples, size, err := measure.TimeReads(ctx, raw, admin.Host+"/apis/mounts.kcp.io/v1alpha1/mounts?resourceVersion=0", read.accept, 10)
+		if err != nil {
+			return err
 		}
 		slices.Sort(samples)
 		fmt.Printf("%s of all %d mounts, read as bytes (%.1f MB): p50 %v, max %v\n", read.what, n, float64(size)/1e6, samples[len(samples)/2].Round(time.Millisecond), samples[len(samples)-1].Round(time.Millisecond))
