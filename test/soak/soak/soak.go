@@ -174,11 +174,20 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 		return nil
 	}
-	// Warm up: the paths are taken once before the baseline.
+	// Warm up: the paths are taken once before the baseline, watches too, so that what their
+	// first use sets up (the streams' buffers, the target's connection) is not counted as load.
 	for range 20 {
 		if err := get(ctx); err != nil {
 			return nil, fmt.Errorf("warm-up: %w", err)
 		}
+	}
+	var warmUpRetries int64
+	for range 20 {
+		resp, err := openWatch(ctx, client, base+"?watch=true&timeoutSeconds=3600&fieldSelector=metadata.name%3Dtick", &warmUpRetries)
+		if err != nil {
+			return nil, fmt.Errorf("warm-up watch: %w", err)
+		}
+		resp.Body.Close()
 	}
 	if r.Baseline, err = settledFigures(ctx, scraper); err != nil {
 		return nil, err
