@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -159,8 +160,15 @@ func (e *kcpEnv) kubectl(t *testing.T, token, path string, args ...string) (stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("kubectl", append([]string{"--kubeconfig", kubeconfig}, args...)...)
+	// Every call here is one short request: a hang fails the test in minutes, not at the
+	// suite's timeout (once, CI saw kubectl wait 12 minutes on a proxied create's answer).
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "kubectl", append([]string{"--kubeconfig", kubeconfig}, args...)...)
 	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		err = fmt.Errorf("kubectl %s did not finish within 2 minutes: %w", strings.Join(args, " "), ctx.Err())
+	}
 	return string(out), err
 }
 
