@@ -22,18 +22,17 @@ import (
 	"github.com/kcp-dev/mount-apiserver/pkg/targetpolicy"
 )
 
-// serve builds a real server configuration from options (an embedded etcd, the secure
-// listener on 127.0.0.1, the proxy) and serves it until the test ends. It returns the
-// configuration, the secure address and the serving CA.
-func serve(t *testing.T, modify func(*Options)) (*mountapiserver.Config, string, []byte) {
-	t.Helper()
-	_, ctx := ktesting.NewTestContext(t)
+// config builds a real server configuration from options (an embedded etcd, the secure
+// listener on 127.0.0.1, the proxy) and returns it with the options it came from.
+func config(tb testing.TB, modify func(*Options)) (*mountapiserver.Config, *Options) {
+	tb.Helper()
+	_, ctx := ktesting.NewTestContext(tb)
 	listener, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	o := NewOptions()
-	o.RootDirectory = t.TempDir()
+	o.RootDirectory = tb.TempDir()
 	o.SecureServing.Listener = listener
 	o.SecureServing.BindPort = listener.Addr().(*net.TCPAddr).Port
 	if modify != nil {
@@ -41,16 +40,26 @@ func serve(t *testing.T, modify func(*Options)) (*mountapiserver.Config, string,
 	}
 	completed, err := o.Complete()
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	if err := completed.Validate(); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	cfg, err := completed.Config(ctx)
 	if err != nil {
 		listener.Close()
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
+	return cfg, o
+}
+
+// serve builds a real server configuration (config) and serves it until the test ends. It
+// returns the configuration, the secure address and the serving CA.
+func serve(t *testing.T, modify func(*Options)) (*mountapiserver.Config, string, []byte) {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	cfg, o := config(t, modify)
+	listener := o.SecureServing.Listener
 	ca, err := os.ReadFile(filepath.Join(o.RootDirectory, pkiDir, pki.CACertFile))
 	if err != nil {
 		cfg.Close()

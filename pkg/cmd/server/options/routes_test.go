@@ -1,13 +1,11 @@
 package options
 
 import (
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 
 	restful "github.com/emicklei/go-restful/v3"
-	"k8s.io/klog/v2/ktesting"
 
 	mountapiserver "github.com/kcp-dev/mount-apiserver/pkg/apiserver"
 )
@@ -98,27 +96,8 @@ func errString(err error) string {
 // ProxyRoutes of it.
 func builtRoutes(tb testing.TB) (*restful.Container, *mountapiserver.ProxyRoutes) {
 	tb.Helper()
-	_, ctx := ktesting.NewTestContext(tb)
-	listener, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { listener.Close() })
-	o := NewOptions()
-	o.RootDirectory = tb.TempDir()
-	o.SecureServing.Listener = listener
-	o.SecureServing.BindPort = listener.Addr().(*net.TCPAddr).Port
-	completed, err := o.Complete()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := completed.Validate(); err != nil {
-		tb.Fatal(err)
-	}
-	cfg, err := completed.Config(ctx)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	cfg, o := config(tb, nil)
+	tb.Cleanup(func() { o.SecureServing.Listener.Close() })
 	// The server is built, not run: its configuration's embedded etcd is released here.
 	tb.Cleanup(cfg.Close)
 	server, err := cfg.Complete().New()
