@@ -27,7 +27,6 @@ import (
 	mountsregistry "github.com/kcp-dev/mount-apiserver/pkg/registry/mounts"
 	secretsregistry "github.com/kcp-dev/mount-apiserver/pkg/registry/secrets"
 	"github.com/kcp-dev/mount-apiserver/pkg/tunnel"
-	"github.com/kcp-dev/mount-apiserver/pkg/tunnel/peers"
 )
 
 // Config is the configuration of a mount-apiserver, built by the command's options.
@@ -112,6 +111,13 @@ func (c *Config) Close() {
 // New builds the server and installs the mounts.kcp.io API group.
 func (c CompletedConfig) New() (*Server, error) {
 	c.Generic.BuildHandlerChainFunc = checkCABundleEncoding(endLongRunningOnDrain(c.Generic.BuildHandlerChainFunc))
+	tp := c.Extra.TunnelPeers
+	if tp != nil && (c.Extra.HostClient == nil || c.Extra.Tunnel.Sessions == nil) {
+		tp = nil
+	}
+	if tp != nil {
+		c.Generic.BuildHandlerChainFunc = withTunnelRelay(tp.Relay, c.Generic.BuildHandlerChainFunc)
+	}
 	generic, err := c.Generic.New("mount-apiserver", genericapiserver.NewEmptyDelegate())
 	if err != nil {
 		return nil, fmt.Errorf("creating generic apiserver: %w", err)
@@ -232,13 +238,12 @@ func (c CompletedConfig) New() (*Server, error) {
 		}
 	}
 
-	if tp := c.Extra.TunnelPeers; tp != nil && c.Extra.HostClient != nil && sessions != nil {
+	if tp != nil {
 		// Sessions are recorded from the first on, before the post-start hooks run; they
 		// are released when they end, at the latest when the server closes them all.
 		// Each renewal reports the session again: the leader's status controller, probing
 		// before it could know of a new session, may have said that no agent is connected.
 		sessions.Watch(tp.Owners.Follow(klog.NewContext(context.Background(), klog.Background().WithName("tunnel-peers")), agents.Observe))
-		generic.Handler.NonGoRestfulMux.Handle(peers.RelayPath, tp.Relay)
 		if err := generic.AddPostStartHook("start-tunnel-peers", startTunnelPeers(tp, c.Extra.HostClient)); err != nil {
 			return nil, fmt.Errorf("adding post-start hook: %w", err)
 		}

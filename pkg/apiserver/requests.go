@@ -10,7 +10,6 @@ import (
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
 	"github.com/kcp-dev/mount-apiserver/pkg/proxy"
-	"github.com/kcp-dev/mount-apiserver/pkg/tunnel/peers"
 )
 
 func isMountProxy(info *genericapirequest.RequestInfo) bool {
@@ -20,7 +19,7 @@ func isMountProxy(info *genericapirequest.RequestInfo) bool {
 // LongRunning decides which requests the request timeout spares: watches as usual, agents'
 // sessions on mounts/attach (they last as long as the agent is connected), and for
 // mounts/proxy whatever is long-running on the target (watch, follow, upgrades, nested
-// proxies), and the hops of other replicas into tunnel sessions. Other proxied requests are
+// proxies). Other proxied requests are
 // bound by the timeout like any other request.
 func LongRunning() genericapirequest.LongRunningRequestCheck {
 	basic := genericfilters.BasicLongRunningRequestCheck(sets.NewString("watch"), sets.NewString("attach"))
@@ -32,10 +31,6 @@ func LongRunning() genericapirequest.LongRunningRequestCheck {
 				inner = strings.Join(info.Parts[3:], "/")
 			}
 			return proxy.IsLongRunning(r, inner)
-		}
-		if info != nil && !info.IsResourceRequest && info.Path == peers.RelayPath {
-			// A hop of another replica carries a tunnelled connection for as long as it lives.
-			return true
 		}
 		return basic(r, info)
 	}

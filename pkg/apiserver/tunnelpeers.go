@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"context"
+	"net/http"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -23,6 +24,20 @@ type TunnelPeersConfig struct {
 	Relay *peers.Relay
 	// Hop reaches other replicas; nil when no CA to verify them is known.
 	Hop *peers.Hop
+}
+
+// withTunnelRelay serves peers.RelayPath in front of the handler chain that build makes (see
+// peers.Relay for why); relayed connections end once the server has drained its requests.
+func withTunnelRelay(relay *peers.Relay, build func(http.Handler, *genericapiserver.Config) http.Handler) func(http.Handler, *genericapiserver.Config) http.Handler {
+	return func(apiHandler http.Handler, c *genericapiserver.Config) http.Handler {
+		ctx, cancel := context.WithCancel(context.Background())
+		drained := c.DrainedNotify()
+		go func() {
+			<-drained
+			cancel()
+		}()
+		return relay.Serve(ctx, build(apiHandler, c))
+	}
 }
 
 // startTunnelPeers watches the ownership Leases and learns the identity the replicas share

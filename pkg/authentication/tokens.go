@@ -42,6 +42,17 @@ func TokensWithoutBodies(next authenticator.Request, review authenticator.Token,
 	}
 }
 
+// BearerTokens authenticates a request by its bearer token alone, reviewed with review under a
+// logger capped below client-go's body logging and cached for ttl: for endpoints that must not
+// believe any other authenticator (the tunnel relay, which only the replicas' own token may
+// use).
+func BearerTokens(review authenticator.Token, ttl time.Duration) authenticator.Request {
+	capped := authenticator.TokenFunc(func(ctx context.Context, token string) (*authenticator.Response, bool, error) {
+		return review.AuthenticateToken(logging.WithoutBodies(ctx), token)
+	})
+	return bearertoken.New(tokencache.New(capped, false, ttl, ttl))
+}
+
 type tokensWithoutBodies struct {
 	next, tokens authenticator.Request
 }

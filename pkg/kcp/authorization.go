@@ -25,7 +25,9 @@ import (
 //     for the named caller, and fail for a caller kcp did not name;
 //   - this server's administrators (AdminGroups, not through kcp) are authorized by Delegate;
 //   - everybody else is authorized by kcp's RBAC in that logical cluster (Reviews), or not
-//     at all without it.
+//     at all without it;
+//   - only what ServedInLogicalClusters serves is authorized there at all: kcp's RBAC of a
+//     tenant's workspace decides about Mounts, never about the rest of the server.
 //
 // The default cluster is Delegate's alone, and closed to requests through kcp.
 type ClusterAuthorizer struct {
@@ -53,6 +55,11 @@ func (a ClusterAuthorizer) Authorize(ctx context.Context, attrs authorizer.Attri
 			return authorizer.DecisionDeny, "requests that come through kcp address a logical cluster (/clusters/<name>/...)", nil
 		}
 		return a.Delegate.Authorize(ctx, attrs)
+	}
+	if !ServedInLogicalClustersAttributes(attrs) {
+		// WithClusterPaths serves nothing else there; whatever asks anyway is not for a
+		// workspace's RBAC to decide.
+		return authorizer.DecisionDeny, fmt.Sprintf("%s is not served in logical clusters", describe(attrs)), nil
 	}
 	if !throughKcp && slices.ContainsFunc(groups, func(g string) bool { return slices.Contains(a.AdminGroups, g) }) {
 		return a.Delegate.Authorize(ctx, attrs)

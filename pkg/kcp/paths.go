@@ -4,12 +4,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"path"
 	"regexp"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 
+	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
 	"github.com/kcp-dev/mount-apiserver/pkg/clusters"
 )
 
@@ -42,6 +46,12 @@ func ParseClusterPath(path string) (cluster clusters.Name, rest string, ok bool,
 // <name>. It goes in front of the whole handler chain, so that request info, authorization,
 // discovery and OpenAPI all see the path without the prefix, as they do in kcp. Other paths
 // keep the default cluster.
+//
+// A logical cluster is a tenant's: only what ServedInLogicalClusters allows is served there,
+// everything else answers 404 before authentication. The rest of the server (a standalone
+// server's own Secrets, metrics, debug handlers, the tunnel relay) belongs to the process and
+// its default cluster; served under /clusters/<name>/ it would be authorized by kcp's RBAC of
+// the caller's own workspace.
 func WithClusterPaths(handler http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		cluster, rest, ok, err := ParseClusterPath(req.URL.Path)
@@ -50,11 +60,12 @@ func WithClusterPaths(handler http.Handler) http.Handler {
 			return
 		}
 		if err != nil {
-			status := apierrors.NewBadRequest(err.Error()).Status()
-			status.Kind, status.APIVersion = "Status", "v1"
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusBadRequest)
-			_ = json.NewEncoder(w).Encode(status)
+			writeStatus(w, apierrors.NewBadRequest(err.Error()))
+			return
+		}
+		if !ServedInLogicalClusters(rest) {
+			writeStatus(w, apierrors.NewGenericServerResponse(http.StatusNotFound, req.Method, schema.GroupResource{}, "",
+				fmt.Sprintf("%s is not served in logical clusters: under /clusters/<name>/ this server serves only the %s API group, its discovery and OpenAPI", rest, mounts.GroupName), 0, false))
 			return
 		}
 		out := req.WithContext(clusters.WithCluster(req.Context(), cluster))
@@ -69,6 +80,45 @@ func WithClusterPaths(handler http.Handler) http.Handler {
 		out.RequestURI = u.RequestURI()
 		handler.ServeHTTP(w, out)
 	})
+}
+
+// ServedInLogicalClusters reports whether path (below /clusters/<name>) is served in a logical
+// cluster: the mounts.kcp.io group and its subresources, the group discovery that lists it
+// (/apis; /api answers 404, which client-go's discovery takes as no legacy group), OpenAPI, and
+// /version. A path whose dot segments would lead elsewhere is judged where it leads.
+func ServedInLogicalClusters(p string) bool {
+	return servedInLogicalClusters(p) && servedInLogicalClusters(path.Clean(p))
+}
+
+func servedInLogicalClusters(p string) bool {
+	switch p {
+	case "/apis", "/apis/", "/openapi/v2", "/openapi/v3", "/openapi/v3/", "/version", "/version/":
+		return true
+	}
+	for _, prefix := range []string{"/apis/" + mounts.GroupName, "/openapi/v3/apis/" + mounts.GroupName} {
+		if rest, ok := strings.CutPrefix(p, prefix); ok && (rest == "" || strings.HasPrefix(rest, "/")) {
+			return true
+		}
+	}
+	return false
+}
+
+// ServedInLogicalClustersAttributes is ServedInLogicalClusters for an authorization request: a
+// resource of the mounts.kcp.io group, or a non-resource path it allows.
+func ServedInLogicalClustersAttributes(attrs authorizer.Attributes) bool {
+	if attrs.IsResourceRequest() {
+		return attrs.GetAPIGroup() == mounts.GroupName
+	}
+	return ServedInLogicalClusters(attrs.GetPath())
+}
+
+func writeStatus(w http.ResponseWriter, err *apierrors.StatusError) {
+	status := err.Status()
+	status.Kind, status.APIVersion = "Status", "v1"
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(int(status.Code))
+	_ = json.NewEncoder(w).Encode(status)
 }
 
 // WithPathPrefix also serves every path below prefix (e.g. /services/mounts, where a kcp

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -54,8 +55,9 @@ func hopAs(ctx context.Context, t *testing.T, cfg *rest.Config, replica *framewo
 	return err
 }
 
-// TestTunnelHARelay: the hop between replicas lets in only the replicas' own identity. A
-// tenant with a valid host identity, and an anonymous caller, are refused before any session
+// TestTunnelHARelay: the hop between replicas lets in only the replicas' own identity, proved
+// by their host token (reviewed by the host). A tenant with a valid host identity (a client
+// certificate: 401; a token of its own: 403), and an anonymous caller, are refused before any session
 // is looked at; the replicas' own identity asking for an address other than the two an agent
 // maps is refused too (it would end the agent's whole session); asking for a session nobody
 // holds is 503. A Lease whose owner does not answer, or whose peer URL leads to a server
@@ -93,8 +95,19 @@ func TestTunnelHARelay(t *testing.T) {
 	if err := hopAs(ctx, t, self, r2, key, "127.0.0.1:22"); err == nil || !strings.Contains(err.Error(), "(400)") {
 		t.Errorf("an address an agent does not map: got %v, want 400", err)
 	}
-	if err := hopAs(ctx, t, tenant, r2, key, tunnel.AddressTarget); err == nil || !strings.Contains(err.Error(), "(403)") || errors.Is(err, tunnel.ErrNoSession) {
-		t.Errorf("a tenant: got %v, want 403", err)
+	// A client certificate of the host is not what replicas prove themselves with: 401.
+	if err := hopAs(ctx, t, tenant, r2, key, tunnel.AddressTarget); err == nil || !strings.Contains(err.Error(), "(401)") || errors.Is(err, tunnel.ErrNoSession) {
+		t.Errorf("a tenant with a client certificate: got %v, want 401", err)
+	}
+	// A token the host reviews, of another ServiceAccount: 403.
+	leakMust(t, leakErr(host.Client.CoreV1().ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "tenant"}}, metav1.CreateOptions{})))
+	tr, err := host.Client.CoreV1().ServiceAccounts("default").CreateToken(ctx, "tenant", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenantToken := &rest.Config{Host: host.URL, BearerToken: tr.Status.Token}
+	if err := hopAs(ctx, t, tenantToken, r2, key, tunnel.AddressTarget); err == nil || !strings.Contains(err.Error(), "(403)") || errors.Is(err, tunnel.ErrNoSession) {
+		t.Errorf("a tenant with a ServiceAccount token: got %v, want 403", err)
 	}
 	anonymous := &rest.Config{Host: host.URL}
 	if err := hopAs(ctx, t, anonymous, r2, key, tunnel.AddressTarget); err == nil || !(strings.Contains(err.Error(), "(403)") || strings.Contains(err.Error(), "(401)")) {

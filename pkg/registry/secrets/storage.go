@@ -6,14 +6,19 @@ import (
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/duration"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/registry/generic"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/apiserver/pkg/storage/names"
+
+	"github.com/kcp-dev/mount-apiserver/pkg/clusters"
 )
 
 // REST is the storage of secrets.
@@ -46,6 +51,71 @@ func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter) (*RES
 		return nil, fmt.Errorf("completing storage of secrets: %w", err)
 	}
 	return &REST{store}, nil
+}
+
+// The Secrets are the operator's (the kubeconfigs of the default cluster's mounts): a logical
+// cluster of kcp mode never reaches them, whatever a path mapping or an authorizer let through.
+func defaultClusterOnly(ctx context.Context) error {
+	if c := clusters.From(ctx); c != clusters.DefaultCluster {
+		return apierrors.NewForbidden(corev1.Resource("secrets"), "", fmt.Errorf("Secrets are not served in logical cluster %s", c))
+	}
+	return nil
+}
+
+// Get implements rest.Getter in the default cluster only.
+func (r *REST) Get(ctx context.Context, name string, options *metav1.GetOptions) (runtime.Object, error) {
+	if err := defaultClusterOnly(ctx); err != nil {
+		return nil, err
+	}
+	return r.Store.Get(ctx, name, options)
+}
+
+// List implements rest.Lister in the default cluster only.
+func (r *REST) List(ctx context.Context, options *metainternalversion.ListOptions) (runtime.Object, error) {
+	if err := defaultClusterOnly(ctx); err != nil {
+		return nil, err
+	}
+	return r.Store.List(ctx, options)
+}
+
+// Watch implements rest.Watcher in the default cluster only.
+func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptions) (watch.Interface, error) {
+	if err := defaultClusterOnly(ctx); err != nil {
+		return nil, err
+	}
+	return r.Store.Watch(ctx, options)
+}
+
+// Create implements rest.Creater in the default cluster only.
+func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation rest.ValidateObjectFunc, options *metav1.CreateOptions) (runtime.Object, error) {
+	if err := defaultClusterOnly(ctx); err != nil {
+		return nil, err
+	}
+	return r.Store.Create(ctx, obj, createValidation, options)
+}
+
+// Update implements rest.Updater (and patches) in the default cluster only.
+func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc, updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
+	if err := defaultClusterOnly(ctx); err != nil {
+		return nil, false, err
+	}
+	return r.Store.Update(ctx, name, objInfo, createValidation, updateValidation, forceAllowCreate, options)
+}
+
+// Delete implements rest.GracefulDeleter in the default cluster only.
+func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions) (runtime.Object, bool, error) {
+	if err := defaultClusterOnly(ctx); err != nil {
+		return nil, false, err
+	}
+	return r.Store.Delete(ctx, name, deleteValidation, options)
+}
+
+// DeleteCollection implements rest.CollectionDeleter in the default cluster only.
+func (r *REST) DeleteCollection(ctx context.Context, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions, listOptions *metainternalversion.ListOptions) (runtime.Object, error) {
+	if err := defaultClusterOnly(ctx); err != nil {
+		return nil, err
+	}
+	return r.Store.DeleteCollection(ctx, deleteValidation, options, listOptions)
 }
 
 // tableConvertor prints what kubectl get secrets prints: name, type, number of keys, age.

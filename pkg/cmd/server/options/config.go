@@ -417,6 +417,15 @@ func (o CompletedOptions) tunnelPeers(hostConfig *rest.Config, host kubernetes.I
 		return nil, err
 	}
 	tp := &mountapiserver.TunnelPeersConfig{Owners: owners, Relay: &peers.Relay{Metrics: peers.DefaultMetrics()}}
+	// The relay believes no authenticator of the handler chain: a hop's token is reviewed by
+	// the host, and must be the replicas' own (peers.Relay).
+	review, err := o.tokenReviewer()
+	if err != nil {
+		return nil, err
+	}
+	if review != nil {
+		tp.Relay.Authenticator = authentication.BearerTokens(review, o.Authentication.CacheTTL)
+	}
 	var cas *x509.CertPool
 	switch {
 	case o.TunnelPeers.PeerCAFile != "":

@@ -7,7 +7,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"slices"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -269,11 +268,6 @@ func (o *Options) Complete() (CompletedOptions, error) {
 		}
 		if o.Authorization.RemoteKubeConfigFile == "" {
 			o.Authorization.RemoteKubeConfigFile = o.Kubeconfig
-		}
-		// The relay of tunnel sessions lets in only the replicas' own identity, which it
-		// checks itself: no SubjectAccessReview per hop, and no RBAC rule to grant.
-		if !slices.Contains(o.Authorization.AlwaysAllowPaths, peers.RelayPath) {
-			o.Authorization.AlwaysAllowPaths = append(o.Authorization.AlwaysAllowPaths, peers.RelayPath)
 		}
 	}
 	return CompletedOptions{&completedOptions{

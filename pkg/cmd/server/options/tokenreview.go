@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	webhooktoken "k8s.io/apiserver/plugin/pkg/authenticator/token/webhook"
@@ -23,17 +24,28 @@ func (o CompletedOptions) reviewTokensWithoutBodies(auth *genericapiserver.Authe
 	if auth.Authenticator == nil {
 		return nil
 	}
+	review, err := o.tokenReviewer()
+	if err != nil || review == nil {
+		return err
+	}
+	auth.Authenticator = authentication.TokensWithoutBodies(auth.Authenticator, review, o.Authentication.CacheTTL)
+	return nil
+}
+
+// tokenReviewer returns the TokenReview webhook of the host through the client the generic
+// options review with; nil when there is none.
+func (o CompletedOptions) tokenReviewer() (authenticator.Token, error) {
 	cfg, err := o.tokenReviewConfig()
 	if err != nil || cfg == nil {
-		return err
+		return nil, err
 	}
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return fmt.Errorf("creating the TokenReview client: %w", err)
+		return nil, fmt.Errorf("creating the TokenReview client: %w", err)
 	}
 	backoff := o.Authentication.WebhookRetryBackoff
 	if backoff == nil {
-		return errors.New("delegated authentication has no webhook retry backoff")
+		return nil, errors.New("delegated authentication has no webhook retry backoff")
 	}
 	authenticatorfactory.RegisterMetrics()
 	review, err := webhooktoken.NewFromInterface(client.AuthenticationV1(), nil, *backoff, o.Authentication.TokenRequestTimeout, webhooktoken.AuthenticatorMetrics{
@@ -41,10 +53,9 @@ func (o CompletedOptions) reviewTokensWithoutBodies(auth *genericapiserver.Authe
 		RecordRequestLatency: authenticatorfactory.RecordRequestLatency,
 	})
 	if err != nil {
-		return fmt.Errorf("creating the TokenReview authenticator: %w", err)
+		return nil, fmt.Errorf("creating the TokenReview authenticator: %w", err)
 	}
-	auth.Authenticator = authentication.TokensWithoutBodies(auth.Authenticator, review, o.Authentication.CacheTTL)
-	return nil
+	return review, nil
 }
 
 // tokenReviewConfig is the client configuration the generic delegated authentication reviews
