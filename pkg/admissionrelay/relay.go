@@ -9,7 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,7 +17,8 @@ import (
 
 	"github.com/kcp-dev/mount-apiserver/pkg/admissionrelay/record"
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
-	"github.com/kcp-dev/mount-apiserver/pkg/proxy"
+	"github.com/kcp-dev/mount-apiserver/pkg/clusters"
+	"github.com/kcp-dev/mount-apiserver/pkg/rewrite"
 	"github.com/kcp-dev/mount-apiserver/pkg/targetpolicy"
 )
 
@@ -32,8 +33,23 @@ const webhookTimeout = 30 * time.Second
 type Relay struct {
 	// Mount reads a Mount of a logical cluster (a quorum read).
 	Mount func(ctx context.Context, cluster, name string) (*mounts.Mount, error)
-	// Proxier reaches targets with the mounts' credentials and webhooks under the target policy.
-	Proxier *proxy.Proxier
+	// Targets reaches targets with the mounts' credentials and webhooks under the target
+	// policy.
+	Targets Targets
+}
+
+// Targets is what the relay needs of the proxy. Every call gets a context that carries the
+// mount's logical cluster (pkg/clusters): the mount's Secret is read there.
+type Targets interface {
+	// RewriteRules returns the compiled rules of a mount's spec.rewrites, nil when they rename
+	// nothing.
+	RewriteRules(m *mounts.Mount) (*rewrite.Rules, error)
+	// ReadTarget GETs path (JSON) from the mount's target with the mount's own credentials,
+	// reading at most limit bytes of the answer.
+	ReadTarget(ctx context.Context, m *mounts.Mount, path string, limit int64) (code int, body []byte, err error)
+	// WebhookClient returns a client for a webhook at rawURL under the target policy,
+	// trusting caPEM, following no redirect.
+	WebhookClient(caPEM []byte, rawURL string) (*http.Client, error)
 }
 
 // ServeHTTP relays one AdmissionReview. Every failure answers a Status the target's
@@ -66,19 +82,18 @@ func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 }
 
 func (r *Relay) relay(ctx context.Context, hook record.Hook, body []byte) ([]byte, int, error) {
+	// The mount, its Secret and its target are those of the cluster the hook names, never the
+	// default cluster's (whose Secrets are the operator's).
+	ctx = clusters.WithCluster(ctx, clusters.Name(hook.Cluster))
 	m, err := r.Mount(ctx, hook.Cluster, hook.Mount)
 	if err != nil || m.UID != hook.UID {
 		return nil, http.StatusNotFound, fmt.Errorf("the mount that registered this webhook no longer exists")
 	}
-	rules, err := r.Proxier.RewriteRules(m)
+	rules, err := r.Targets.RewriteRules(m)
 	if err != nil || rules == nil {
 		return nil, http.StatusNotFound, fmt.Errorf("mount %q renames nothing any more", m.Name)
 	}
-	target, err := r.Proxier.Target(ctx, m)
-	if err != nil {
-		return nil, http.StatusServiceUnavailable, fmt.Errorf("mount %q: its target is unavailable", m.Name)
-	}
-	rec, err := readRecord(ctx, target, hook)
+	rec, err := readRecord(ctx, r.Targets, m, hook)
 	if err != nil {
 		return nil, http.StatusForbidden, err
 	}
@@ -89,11 +104,14 @@ func (r *Relay) relay(ctx context.Context, hook record.Hook, body []byte) ([]byt
 	if !ok || cc.URL == nil {
 		return nil, http.StatusForbidden, fmt.Errorf("webhook %q was not registered through the mount with a URL", hook.Webhook)
 	}
+	if err := CheckJSONObject(body); err != nil {
+		return nil, http.StatusBadRequest, fmt.Errorf("the AdmissionReview: %w", err)
+	}
 	presented, err := rules.AdmissionReviewToPresented(body)
 	if err != nil {
 		return nil, http.StatusBadRequest, fmt.Errorf("the AdmissionReview cannot be renamed: %w", err)
 	}
-	client, err := r.Proxier.WebhookClient(cc.CABundle, *cc.URL)
+	client, err := r.Targets.WebhookClient(cc.CABundle, *cc.URL)
 	if err != nil {
 		return nil, http.StatusBadGateway, fmt.Errorf("webhook %q cannot be reached: %s", hook.Webhook, reachError(err))
 	}
@@ -115,7 +133,11 @@ func (r *Relay) relay(ctx context.Context, hook record.Hook, body []byte) ([]byt
 		return nil, http.StatusBadGateway, fmt.Errorf("webhook %q answered unreadably or too much", hook.Webhook)
 	}
 	if res.StatusCode != http.StatusOK {
+		// Redirects included: the webhook was registered at its URL, and nowhere else.
 		return nil, http.StatusBadGateway, fmt.Errorf("webhook %q answered %d", hook.Webhook, res.StatusCode)
+	}
+	if err := CheckJSONObject(answer); err != nil {
+		return nil, http.StatusBadGateway, fmt.Errorf("webhook %q's answer: %w", hook.Webhook, err)
 	}
 	toTarget, err := rules.AdmissionResponseToTarget(answer)
 	if err != nil {
@@ -126,31 +148,22 @@ func (r *Relay) relay(ctx context.Context, hook record.Hook, body []byte) ([]byt
 
 // readRecord reads the relay record of the webhook configuration from the target, with the
 // mount's own credentials.
-func readRecord(ctx context.Context, target *proxy.Target, hook record.Hook) (*record.Record, error) {
+func readRecord(ctx context.Context, targets Targets, m *mounts.Mount, hook record.Hook) (*record.Record, error) {
 	resource := "validatingwebhookconfigurations"
 	if hook.Kind == record.Mutating {
 		resource = "mutatingwebhookconfigurations"
 	}
-	p, err := proxy.JoinPath(target.Base.Path, "/apis/admissionregistration.k8s.io/v1/"+resource+"/"+hook.Config)
-	if err != nil {
+	if strings.ContainsAny(hook.Config, "/%") || hook.Config == "." || hook.Config == ".." {
 		return nil, fmt.Errorf("webhook configuration %q: bad name", hook.Config)
 	}
-	u := url.URL{Scheme: target.Base.Scheme, Host: target.Base.Host, Path: p}
 	ctx, cancel := context.WithTimeout(ctx, webhookTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Accept", "application/json")
-	res, err := target.PlainRoundTripper(req.Header, nil).RoundTrip(req)
+	code, data, err := targets.ReadTarget(ctx, m, "/apis/admissionregistration.k8s.io/v1/"+resource+"/"+hook.Config, maxBodyBytes)
 	if err != nil {
 		return nil, fmt.Errorf("reading webhook configuration %q from the target failed", hook.Config)
 	}
-	defer res.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(res.Body, maxBodyBytes))
-	if err != nil || res.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("reading webhook configuration %q from the target: %d", hook.Config, res.StatusCode)
+	if code != http.StatusOK {
+		return nil, fmt.Errorf("reading webhook configuration %q from the target: %d", hook.Config, code)
 	}
 	var obj metav1.PartialObjectMetadata
 	if err := json.Unmarshal(data, &obj); err != nil {

@@ -40,7 +40,7 @@ func (c *AdmissionRelayConfig) close() {
 func startAdmissionRelay(cfg *AdmissionRelayConfig, storage *mountsregistry.Storage, proxier *proxy.Proxier) genericapiserver.PostStartHookFunc {
 	return func(hookCtx genericapiserver.PostStartHookContext) error {
 		relay := &admissionrelay.Relay{
-			Proxier: proxier,
+			Targets: proxier,
 			Mount: func(ctx context.Context, cluster, name string) (*mounts.Mount, error) {
 				obj, err := storage.Mount.Get(clusters.WithCluster(ctx, clusters.Name(cluster)), name, &metav1.GetOptions{})
 				if err != nil {

@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/transport"
 	"k8s.io/klog/v2"
 
+	"github.com/kcp-dev/mount-apiserver/pkg/admissionrelay"
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
 	"github.com/kcp-dev/mount-apiserver/pkg/clusters"
@@ -66,7 +67,7 @@ type Proxier struct {
 	compiled compiledRules
 	// AdmissionRelay is where targets reach this server's admission relay; nil refuses
 	// webhook configurations written through renaming mounts (webhooks.go).
-	AdmissionRelay *AdmissionRelayConfig
+	AdmissionRelay *admissionrelay.Config
 
 	// Kcp is the provider's client configuration for kcp (--kcp-kubeconfig): Workspace mounts
 	// are proxied to its host, kcp's base URL, with its credentials, impersonating the
@@ -184,6 +185,11 @@ func (p *Proxier) Handler(ctx context.Context, m *mounts.Mount, innerPath string
 	caller, ok := genericapirequest.UserFrom(ctx)
 	if !ok {
 		return nil, apierrors.NewUnauthorized("no user in the request")
+	}
+	// Everything below judges the path that is sent.
+	innerPath, err := CleanPath(innerPath)
+	if err != nil {
+		return nil, apierrors.NewBadRequest(err.Error())
 	}
 	// The true reason first: a mount this server cannot serve is not a matter of identity.
 	switch m.Spec.Type {

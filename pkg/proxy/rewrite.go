@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 
+	"github.com/kcp-dev/mount-apiserver/pkg/admissionrelay"
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
 	"github.com/kcp-dev/mount-apiserver/pkg/rewrite"
 )
@@ -83,7 +84,8 @@ func (p *Proxier) RewriteRules(m *mounts.Mount) (*rewrite.Rules, error) {
 
 // WebhookClient returns a client for a webhook at rawURL that the admission relay calls:
 // under the target policy (the URL, every address connected to, never this server's own
-// certificate), trusting caPEM (the system roots when empty). It keeps no connection.
+// certificate), trusting caPEM (the system roots when empty), following no redirect. It keeps
+// no connection.
 func (p *Proxier) WebhookClient(caPEM []byte, rawURL string) (*http.Client, error) {
 	policy := p.Transports.opts.Policy
 	u, err := url.Parse(rawURL)
@@ -102,13 +104,18 @@ func (p *Proxier) WebhookClient(caPEM []byte, rawURL string) (*http.Client, erro
 		tlsConfig.RootCAs = pool
 	}
 	dialer := net.Dialer{Timeout: 10 * time.Second}
-	return &http.Client{Transport: &http.Transport{
-		TLSClientConfig: tlsConfig,
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			return dialAllowed(ctx, dialer, policy, network, addr)
-		},
-		DisableKeepAlives: true,
-	}}, nil
+	return &http.Client{
+		// A webhook is called at the URL it was registered with: a redirect (to plain http, to
+		// an address of the operator's) would send a tenant's AdmissionReview wherever the
+		// webhook chooses, past the checks of its URL.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		Transport: &http.Transport{
+			TLSClientConfig: tlsConfig,
+			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				return dialAllowed(ctx, dialer, policy, network, addr)
+			},
+			DisableKeepAlives: true,
+		}}, nil
 }
 
 // rewriteRules returns the compiled rules of a mount with spec.rewrites (nil when they rename
@@ -177,7 +184,7 @@ func (h *requestHandler) rewriteRequest(w http.ResponseWriter, out *http.Request
 
 	webhooks := ""
 	if rq.Class == rewrite.Objects {
-		webhooks = webhookKind(rq.Path)
+		webhooks = admissionrelay.Kind(rq.Path)
 	}
 	accept, ok := negotiateJSON(out.Header.Values("Accept"))
 	if !ok {
@@ -225,13 +232,9 @@ func (h *requestHandler) rewriteRequest(w http.ResponseWriter, out *http.Request
 		if webhooks != "" && out.Method == http.MethodPatch {
 			// The patch is applied here to the configuration as the caller sees it, and the
 			// result sent as an update, so that every webhook in it is relayed again.
-			if rewritten, err = h.patchWebhookConfig(out.Context(), out, *location, webhooks, contentType, rewritten); err != nil {
-				var refused *errWebhookPatch
-				if errors.As(err, &refused) {
-					writeStatus(w, refused.status)
-				} else {
-					writeStatus(w, newStatus(http.StatusInternalServerError, metav1.StatusReasonInternalError, err.Error()))
-				}
+			var refused *metav1.Status
+			if rewritten, refused = h.patchWebhookConfig(out.Context(), out, *location, webhooks, contentType, rewritten); refused != nil {
+				writeStatus(w, refused)
 				return false
 			}
 			out.Method = http.MethodPut
@@ -342,7 +345,7 @@ func (r *rewriting) response(res *http.Response) error {
 	}
 	rewritten := r.req.Response(ct, body)
 	if r.webhooks {
-		rewritten = restoreWebhooks(rewritten, r.req.Watch)
+		rewritten = admissionrelay.RestoreStream(rewritten, r.req.Watch)
 	}
 	res.Body = rewrittenBody{Reader: rewritten, Closer: res.Body}
 	res.Header.Del("Content-Length")

@@ -216,3 +216,36 @@ func TestOpaqueSubresource(t *testing.T) {
 		}
 	}
 }
+
+// TestRenamingClassifiesThePathSent: a renaming mount judges the path it sends, with empty
+// segments dropped. A webhook configuration written at .../admissionregistration.k8s.io//v1/...
+// is one (without an admission relay, 422), and /api//v1/... is renamed like /api/v1/....
+func TestRenamingClassifiesThePathSent(t *testing.T) {
+	p := rewriteTestProxier(t)
+	m := testMount("renaming", "creds")
+	m.Spec.Rewrites = &mounts.MountRewrites{MetadataKeyPrefixes: []mounts.PrefixRewrite{{Presented: "presented.io/", Target: "kubevirt.io/"}}}
+	ctx := genericapirequest.WithUser(context.Background(), &user.DefaultInfo{Name: "alice"})
+	for _, inner := range []string{"/apis/admissionregistration.k8s.io//v1/validatingwebhookconfigurations", "//apis/admissionregistration.k8s.io/v1//mutatingwebhookconfigurations"} {
+		h, err := p.Handler(ctx, m, inner)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := httptest.NewRecorder()
+		body := `{"apiVersion":"admissionregistration.k8s.io/v1","kind":"ValidatingWebhookConfiguration","metadata":{"name":"c"},"webhooks":[]}`
+		req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/x", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusUnprocessableEntity || !strings.Contains(rec.Body.String(), "no admission relay") {
+			t.Errorf("POST %s: %d %s, want 422: no admission relay", inner, rec.Code, rec.Body)
+		}
+	}
+	h, err := p.Handler(ctx, m, "/api//v1/namespaces//default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequestWithContext(ctx, http.MethodGet, "/x", nil))
+	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"presented.io/os":"a"`) {
+		t.Errorf("GET /api//v1/...: %d %s, want it renamed", rec.Code, rec.Body)
+	}
+}

@@ -9,9 +9,9 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/kcp-dev/mount-apiserver/pkg/admissionrelay"
 	mountapiserver "github.com/kcp-dev/mount-apiserver/pkg/apiserver"
 	"github.com/kcp-dev/mount-apiserver/pkg/pki"
-	"github.com/kcp-dev/mount-apiserver/pkg/proxy"
 )
 
 // AdmissionRelayOptions configure the admission relay of renaming mounts: a listener of its
@@ -82,6 +82,6 @@ func (o CompletedOptions) applyAdmissionRelay(cfg *mountapiserver.Config, ca *pk
 		relayURL = "https://" + listener.Addr().String()
 	}
 	cfg.Extra.AdmissionRelay = &mountapiserver.AdmissionRelayConfig{Listener: listener}
-	cfg.Extra.Proxier.AdmissionRelay = &proxy.AdmissionRelayConfig{URL: relayURL, CABundle: caPEM}
+	cfg.Extra.Proxier.AdmissionRelay = &admissionrelay.Config{URL: relayURL, CABundle: caPEM}
 	return nil
 }
