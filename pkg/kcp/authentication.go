@@ -18,18 +18,34 @@ var (
 	remoteExtraHeaderPrefixe = headerrequest.StaticStringSlice{"X-Remote-Extra-"}
 )
 
+// AlwaysPrivilegedGroups are never accepted through X-Remote-Group: this server's and kcp's
+// administrators. Whatever forwards a request may pass headers it did not set (kcp main of
+// 2026-08 forwarded a mounted workspace's request before authenticating it, client headers
+// included), so no header makes an administrator.
+var AlwaysPrivilegedGroups = []string{user.SystemPrivilegedGroup, "system:kcp:admin"}
+
+// withoutPrivileged returns groups without the privileged ones (AlwaysPrivilegedGroups and
+// extra).
+func withoutPrivileged(groups, extra []string) []string {
+	return slices.DeleteFunc(groups, func(g string) bool {
+		return slices.Contains(AlwaysPrivilegedGroups, g) || slices.Contains(extra, g)
+	})
+}
+
 // ShardAuthenticator authenticates requests that a kcp shard forwards for the APIExport's
 // virtual storage, by the shard's client certificate (verified against verify, common name in
 // names unless names is empty). kcp authorized the caller before it forwarded the request:
 // every such request is in AuthorizedByKcpGroup. kcp main names the caller in X-Remote-*;
 // kcp v0.32.3 names nobody, and the request becomes ForwardedWithoutIdentityUser.
-func ShardAuthenticator(verify x509request.VerifyOptionFunc, names headerrequest.StringSliceProvider) authenticator.Request {
-	return x509request.NewDynamicCAVerifier(verify, authenticator.RequestFunc(forwardedCaller), names)
+func ShardAuthenticator(verify x509request.VerifyOptionFunc, names headerrequest.StringSliceProvider, privileged []string) authenticator.Request {
+	return x509request.NewDynamicCAVerifier(verify, authenticator.RequestFunc(func(req *http.Request) (*authenticator.Response, bool, error) {
+		return forwardedCaller(req, privileged)
+	}), names)
 }
 
 var remoteHeaders = headerrequest.NewDynamic(remoteUserHeaders, remoteUIDHeaders, remoteGroupHeaders, remoteExtraHeaderPrefixe)
 
-func forwardedCaller(req *http.Request) (*authenticator.Response, bool, error) {
+func forwardedCaller(req *http.Request, privileged []string) (*authenticator.Response, bool, error) {
 	resp, ok, err := remoteHeaders.AuthenticateRequest(req)
 	if err != nil {
 		return nil, false, err
@@ -48,7 +64,7 @@ func forwardedCaller(req *http.Request) (*authenticator.Response, bool, error) {
 		// A caller named like the stand-in for nobody is nobody.
 		u.Groups = nil
 	}
-	u.Groups = withGroups(u.Groups, AuthorizedByKcpGroup, ThroughKcpGroup)
+	u.Groups = withGroups(withoutPrivileged(u.Groups, privileged), AuthorizedByKcpGroup, ThroughKcpGroup)
 	return resp, true, nil
 }
 
@@ -65,8 +81,9 @@ func withGroups(groups []string, add ...string) []string {
 // FrontProxyAuthenticator authenticates requests that kcp's front-proxy sends to a mounted
 // workspace's status.URL: its requestheader client certificate, and X-Remote-* naming the
 // caller. The front-proxy did not authorize the caller for this server's resources; these
-// requests are authorized like direct ones: X-Remote-Group cannot claim AuthorizedByKcpGroup.
-func FrontProxyAuthenticator(verify x509request.VerifyOptionFunc, names headerrequest.StringSliceProvider) authenticator.Request {
+// requests are authorized like direct ones: X-Remote-Group cannot claim AuthorizedByKcpGroup,
+// nor a privileged group (AlwaysPrivilegedGroups and privileged).
+func FrontProxyAuthenticator(verify x509request.VerifyOptionFunc, names headerrequest.StringSliceProvider, privileged []string) authenticator.Request {
 	named := NotAuthorizedByKcp(headerrequest.NewDynamicVerifyOptionsSecure(verify, names, remoteUserHeaders, remoteUIDHeaders, remoteGroupHeaders, remoteExtraHeaderPrefixe))
 	return authenticator.RequestFunc(func(req *http.Request) (*authenticator.Response, bool, error) {
 		resp, ok, err := named.AuthenticateRequest(req)
@@ -75,7 +92,7 @@ func FrontProxyAuthenticator(verify x509request.VerifyOptionFunc, names headerre
 		}
 		out := *resp
 		out.User = &user.DefaultInfo{Name: resp.User.GetName(), UID: resp.User.GetUID(), Extra: resp.User.GetExtra(),
-			Groups: withGroups(slices.Clone(resp.User.GetGroups()), ThroughKcpGroup)}
+			Groups: withGroups(withoutPrivileged(slices.Clone(resp.User.GetGroups()), privileged), ThroughKcpGroup)}
 		return &out, true, nil
 	})
 }

@@ -53,7 +53,7 @@ func request(cert *x509.Certificate, header http.Header) *http.Request {
 func TestShardAuthenticator(t *testing.T) {
 	shardCA, _ := pki.NewCA("shard")
 	otherCA, _ := pki.NewCA("other")
-	auth := ShardAuthenticator(verifyWith(shardCA), headerrequest.StaticStringSlice{"kcp-shard"})
+	auth := ShardAuthenticator(verifyWith(shardCA), headerrequest.StaticStringSlice{"kcp-shard"}, []string{"ops:root"})
 
 	resp, ok, err := auth.AuthenticateRequest(request(clientCert(t, shardCA, "kcp-shard"), nil))
 	if !ok || err != nil || resp.User.GetName() != ForwardedWithoutIdentityUser || !slices.Equal(resp.User.GetGroups(), []string{AuthorizedByKcpGroup, ThroughKcpGroup}) {
@@ -72,6 +72,11 @@ func TestShardAuthenticator(t *testing.T) {
 	resp, _, _ = auth.AuthenticateRequest(request(clientCert(t, shardCA, "kcp-shard"), http.Header{"X-Remote-User": {ForwardedWithoutIdentityUser}, "X-Remote-Group": {"system:masters"}}))
 	if !HasNoIdentity(resp.User) || slices.Contains(resp.User.GetGroups(), "system:masters") {
 		t.Errorf("a forward naming nobody: %+v", resp.User)
+	}
+	// No header makes an administrator: the privileged groups are dropped.
+	resp, _, _ = auth.AuthenticateRequest(request(clientCert(t, shardCA, "kcp-shard"), http.Header{"X-Remote-User": {"eve"}, "X-Remote-Group": {"system:kcp:admin", "system:masters", "ops:root", "team"}}))
+	if resp.User.GetName() != "eve" || !slices.Equal(resp.User.GetGroups(), []string{"team", AuthorizedByKcpGroup, ThroughKcpGroup}) {
+		t.Errorf("a forward naming privileged groups: %+v", resp.User)
 	}
 	for name, req := range map[string]*http.Request{
 		"no certificate":         request(nil, http.Header{"X-Remote-User": {"alice"}}),
@@ -155,12 +160,16 @@ func TestClusterAuthorizer(t *testing.T) {
 // authorization for them.
 func TestFrontProxyAuthenticator(t *testing.T) {
 	ca, _ := pki.NewCA("front-proxy")
-	auth := FrontProxyAuthenticator(verifyWith(ca), headerrequest.StaticStringSlice{"kcp-front-proxy"})
+	auth := FrontProxyAuthenticator(verifyWith(ca), headerrequest.StaticStringSlice{"kcp-front-proxy"}, []string{"ops:root"})
 	resp, ok, err := auth.AuthenticateRequest(request(clientCert(t, ca, "kcp-front-proxy"), http.Header{"X-Remote-User": {"alice"}, "X-Remote-Group": {"team", AuthorizedByKcpGroup}}))
 	if !ok || err != nil || resp.User.GetName() != "alice" || !slices.Equal(resp.User.GetGroups(), []string{"team", ThroughKcpGroup}) {
 		t.Errorf("%v %v %+v", ok, err, resp.User)
 	}
 	if _, ok, _ := auth.AuthenticateRequest(request(clientCert(t, ca, "mallory"), http.Header{"X-Remote-User": {"alice"}})); ok {
 		t.Error("a certificate with a name not allowed authenticated")
+	}
+	resp, _, _ = auth.AuthenticateRequest(request(clientCert(t, ca, "kcp-front-proxy"), http.Header{"X-Remote-User": {"eve"}, "X-Remote-Group": {"system:kcp:admin", "ops:root", "system:masters"}}))
+	if resp.User.GetName() != "eve" || !slices.Equal(resp.User.GetGroups(), []string{ThroughKcpGroup}) {
+		t.Errorf("privileged groups through the front-proxy: %+v", resp.User)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
 	authorizationcel "k8s.io/apiserver/pkg/authorization/cel"
@@ -162,7 +163,7 @@ func (r *WorkspaceReviews) Authorize(ctx context.Context, attrs authorizer.Attri
 	if err != nil {
 		return authorizer.DecisionNoOpinion, "", err
 	}
-	decision, reason, err := authz.Authorize(ctx, attrs)
+	decision, reason, err := authz.Authorize(ctx, authenticated(attrs))
 	if err != nil {
 		// Fail closed, and say so: kcp refuses reviews in workspaces that do not exist or do not
 		// let the provider review access.
@@ -180,6 +181,33 @@ func (r *WorkspaceReviews) ConditionsAwareAuthorize(ctx context.Context, attrs a
 func (*WorkspaceReviews) EvaluateConditions(context.Context, authorizer.ConditionsAwareDecision, authorizer.ConditionsData) (authorizer.Decision, string, error) {
 	return authorizer.DecisionDeny, "", authorizer.ErrorConditionEvaluationNotSupported
 }
+
+// authenticated gives the reviewed user the groups a Kubernetes authenticator gives every
+// authenticated user: kcp evaluates a review with exactly the groups it is sent, so a user
+// authenticated here without system:authenticated would lose whatever kcp grants to all
+// (discovery included).
+func authenticated(attrs authorizer.Attributes) authorizer.Attributes {
+	u := attrs.GetUser()
+	if u == nil || u.GetName() == user.Anonymous {
+		return attrs
+	}
+	// This server's own groups of kcp's requests mean nothing to kcp.
+	groups := slices.DeleteFunc(slices.Clone(u.GetGroups()), IsServerGroup)
+	if !slices.Contains(groups, user.AllAuthenticated) {
+		groups = append(groups, user.AllAuthenticated)
+	}
+	if slices.Equal(groups, u.GetGroups()) {
+		return attrs
+	}
+	return userAttributes{Attributes: attrs, user: &user.DefaultInfo{Name: u.GetName(), UID: u.GetUID(), Groups: groups, Extra: u.GetExtra()}}
+}
+
+type userAttributes struct {
+	authorizer.Attributes
+	user user.Info
+}
+
+func (a userAttributes) GetUser() user.Info { return a.user }
 
 func (r *WorkspaceReviews) forCluster(cluster clusters.Name) (authorizer.Authorizer, error) {
 	r.mu.Lock()

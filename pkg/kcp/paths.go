@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/audit"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
@@ -19,6 +20,10 @@ import (
 
 // ClusterAnnotation names the logical cluster of an object, as kcp sets it on every object.
 const ClusterAnnotation = "kcp.io/cluster"
+
+// AuditAnnotationLogicalCluster is the audit annotation that names the logical cluster of a
+// request under /clusters/<name>/ ("*" for all of them).
+const AuditAnnotationLogicalCluster = "mounts.kcp.io/logical-cluster"
 
 // clusterNameRE matches kcp's logical cluster names (e.g. "2x7kq3n1", "root"): workspace
 // paths such as root:org:team are resolved to names by kcp before it forwards a request.
@@ -68,7 +73,12 @@ func WithClusterPaths(handler http.Handler) http.Handler {
 				fmt.Sprintf("%s is not served in logical clusters: under /clusters/<name>/ this server serves only the %s API group, its discovery and OpenAPI", rest, mounts.GroupName), 0, false))
 			return
 		}
-		out := req.WithContext(clusters.WithCluster(req.Context(), cluster))
+		// The audit event records the path without the prefix: the annotation says which
+		// workspace the request was for (the generic chain's audit filter reuses this audit
+		// context).
+		ctx := audit.WithAuditContext(req.Context())
+		audit.AddAuditAnnotation(ctx, AuditAnnotationLogicalCluster, string(cluster))
+		out := req.WithContext(clusters.WithCluster(ctx, cluster))
 		u := *req.URL
 		u.Path, u.RawPath = rest, ""
 		// Keep the escaping the client chose below the prefix (the proxy refuses encoded

@@ -21,7 +21,6 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
-	"github.com/kcp-dev/mount-apiserver/pkg/cmd/server/options"
 	"github.com/kcp-dev/mount-apiserver/pkg/kcp/export"
 	"github.com/kcp-dev/mount-apiserver/test/integration/framework"
 )
@@ -147,7 +146,7 @@ func getJSON(t *testing.T, cfg *rest.Config, url, accept string, into any) {
 // and status, and the top-level fields. A changed Mount type with a stale bundle fails here,
 // as it fails hack/verify-codegen.sh. The printer columns are the server's table columns.
 func TestKcpSchemaMatchesServedOpenAPI(t *testing.T) {
-	s := framework.StartInProcess(t, "", func(o *options.Options) { o.KcpMode = true; apiOnly(o) })
+	s := framework.StartInProcess(t, "", kcpAPIOnly)
 
 	data, err := os.ReadFile(filepath.Join(kcpArtifacts(), export.SchemaFile))
 	if err != nil {

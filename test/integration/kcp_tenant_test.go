@@ -4,8 +4,11 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +19,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
+	"github.com/kcp-dev/mount-apiserver/pkg/cmd/server/options"
+	"github.com/kcp-dev/mount-apiserver/pkg/kcp"
 	"github.com/kcp-dev/mount-apiserver/pkg/tunnel"
 	"github.com/kcp-dev/mount-apiserver/pkg/tunnel/peers"
 	"github.com/kcp-dev/mount-apiserver/test/integration/framework"
@@ -150,7 +155,7 @@ func TestTunnelRelayRefusesKcpCallers(t *testing.T) {
 	}
 	replicas := framework.StartReplicas(ctx, t, host, framework.BuildBinary(t), 1,
 		"--kcp-mode", "--kcp-front-proxy-client-ca-file", k.Dir+"/front-proxy-ca.crt", "--kcp-front-proxy-client-names", framework.KcpFrontProxyClientName,
-		"--kcp-kubeconfig", provider, "--path-prefix", framework.KcpMountsMapping)
+		"--kcp-kubeconfig", provider, "--path-prefix", framework.KcpMountsMapping, "--external-base-url", k.URL+framework.KcpMountsMapping)
 	r := replicas.Procs[0]
 	if err := k.ServeMounts(r.URL, r.CAData); err != nil {
 		t.Fatal(err)
@@ -168,5 +173,65 @@ func TestTunnelRelayRefusesKcpCallers(t *testing.T) {
 		if code == http.StatusSwitchingProtocols || strings.Contains(body, "holds no session") || strings.Contains(body, "with Upgrade") || (want != 0 && code != want) || code < 400 {
 			t.Errorf("a kcp user named %s hops through %s: %d %s", impostor, path, code, body)
 		}
+	}
+}
+
+// TestKcpDirectCallerAndAudit: a caller who reaches the server directly (a client certificate
+// of its CA) in a logical cluster is reviewed by kcp's RBAC there with the groups a Kubernetes
+// authenticator gives it, system:authenticated included, so what kcp grants to all
+// (discovery) works for it: real kubectl lists the workspace's Mounts. (Before, the review
+// carried no groups: "Error from server (Forbidden): unknown", kcp's audit saying cannot get
+// path "/api".) The audit event of each request under /clusters/<lc>/ names the logical
+// cluster, whose prefix its requestURI does not show.
+func TestKcpDirectCallerAndAudit(t *testing.T) {
+	auditLog := filepath.Join(t.TempDir(), "audit.log")
+	policy := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(policy, []byte("apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e := startKcpEnv(t, kcpEnvOptions{modify: func(o *options.Options) {
+		o.Audit.LogOptions.Path = auditLog
+		o.Audit.PolicyFile = policy
+	}})
+	grant(t, e.a, "dave", "mounts-viewer", rbacv1.PolicyRule{APIGroups: []string{"mounts.kcp.io"}, Resources: []string{"mounts"}, Verbs: []string{"get", "list", "watch"}},
+		rbacv1.PolicyRule{NonResourceURLs: []string{"/"}, Verbs: []string{"access"}})
+	cfg, err := pkiUserKubeconfig(t, e.server, "dave")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Host = e.server.URL + "/clusters/" + kcpClusterA
+	data, err := framework.KubeconfigBytes(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := writeFile(t, "dave.kubeconfig", string(data))
+	if out, err := runKubectl(kubeconfig, "get", "mounts"); err != nil || !strings.Contains(out, "No resources found") {
+		t.Fatalf("a direct caller lists the Mounts of %s: %v\n%s", kcpClusterA, err, out)
+	}
+
+	var found bool
+	deadline := time.Now().Add(30 * time.Second)
+	for !found && time.Now().Before(deadline) {
+		data, _ := os.ReadFile(auditLog)
+		for line := range strings.SplitSeq(string(data), "\n") {
+			var ev struct {
+				RequestURI  string                    `json:"requestURI"`
+				User        struct{ Username string } `json:"user"`
+				Annotations map[string]string         `json:"annotations"`
+			}
+			if json.Unmarshal([]byte(line), &ev) != nil || ev.User.Username != "dave" || !strings.HasPrefix(ev.RequestURI, "/apis/mounts.kcp.io/v1alpha1/mounts") {
+				continue
+			}
+			if ev.Annotations[kcp.AuditAnnotationLogicalCluster] != kcpClusterA {
+				t.Errorf("audit event of %s names no logical cluster: %v", ev.RequestURI, ev.Annotations)
+			}
+			found = true
+		}
+		if !found {
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	if !found {
+		t.Error("no audit event of dave's list of Mounts")
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
-	"github.com/kcp-dev/mount-apiserver/pkg/cmd/server/options"
 	clientset "github.com/kcp-dev/mount-apiserver/pkg/generated/clientset/versioned"
 	"github.com/kcp-dev/mount-apiserver/test/integration/framework"
 )
@@ -127,7 +126,7 @@ func TestPagedListsAreConsistent(t *testing.T) {
 // wildcard (keys <cluster>/<name>) come in etcd's order, each Mount once.
 func TestPagedListsInLogicalClusters(t *testing.T) {
 	ctx := context.Background()
-	s := framework.StartInProcess(t, "", func(o *options.Options) { o.KcpMode = true; apiOnly(o) })
+	s := framework.StartInProcess(t, "", kcpAPIOnly)
 	clientAt := func(cluster string) clientset.Interface {
 		c := rest.CopyConfig(s.Config)
 		c.Host = s.URL + "/clusters/" + cluster

@@ -15,6 +15,14 @@ func regexpMatch(pattern, s string) bool { return regexp.MustCompile(pattern).Ma
 // exactly what they wrote.
 func apiOnly(o *options.Options) { o.StatusController = false }
 
+// kcpAPIOnly runs kcp mode without the status controller; status.URL points at a front-proxy
+// mapping no test reaches (kcp mode needs --external-base-url).
+func kcpAPIOnly(o *options.Options) {
+	o.KcpMode = true
+	o.ExternalBaseURL = "https://kcp.invalid/services/mounts"
+	apiOnly(o)
+}
+
 func clientcmdConfig(kubeconfig []byte) (*rest.Config, error) {
 	return clientcmd.RESTConfigFromKubeConfig(kubeconfig)
 }

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/validation/path"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
 	"github.com/kcp-dev/mount-apiserver/pkg/clusters"
@@ -62,26 +63,57 @@ func objectKeyFunc(prefix string) func(obj runtime.Object) (string, error) {
 }
 
 // setCluster records the request's logical cluster on a new Mount, as kcp does; Mounts of the
-// default cluster carry none.
+// default cluster carry none. A value the caller sent that names another cluster is left for
+// validateCluster to refuse.
 func setCluster(ctx context.Context, m *mounts.Mount) {
-	if cluster := clusters.From(ctx); cluster != clusters.DefaultCluster && cluster != clusters.Wildcard {
-		if m.Annotations == nil {
-			m.Annotations = map[string]string{}
-		}
-		m.Annotations[kcp.ClusterAnnotation] = string(cluster)
+	want := requestCluster(ctx)
+	if got, ok := m.Annotations[kcp.ClusterAnnotation]; ok && got != want {
 		return
 	}
-	delete(m.Annotations, kcp.ClusterAnnotation)
+	if want == "" {
+		delete(m.Annotations, kcp.ClusterAnnotation)
+		return
+	}
+	if m.Annotations == nil {
+		m.Annotations = map[string]string{}
+	}
+	m.Annotations[kcp.ClusterAnnotation] = want
 }
 
-// keepCluster keeps a Mount's cluster annotation through updates: a Mount cannot move.
+// keepCluster keeps a Mount's cluster annotation through updates that leave it out (a
+// manifest applied again, kubectl replace); a new value is left for validateCluster to refuse.
 func keepCluster(newM, oldM *mounts.Mount) {
+	if _, ok := newM.Annotations[kcp.ClusterAnnotation]; ok {
+		return
+	}
 	if c, ok := oldM.Annotations[kcp.ClusterAnnotation]; ok {
 		if newM.Annotations == nil {
 			newM.Annotations = map[string]string{}
 		}
 		newM.Annotations[kcp.ClusterAnnotation] = c
-		return
 	}
-	delete(newM.Annotations, kcp.ClusterAnnotation)
+}
+
+// requestCluster is the value of the cluster annotation of Mounts written by a request: the
+// logical cluster, "" in the default cluster.
+func requestCluster(ctx context.Context) string {
+	if cluster := clusters.From(ctx); cluster != clusters.DefaultCluster && cluster != clusters.Wildcard {
+		return string(cluster)
+	}
+	return ""
+}
+
+// validateCluster refuses a cluster annotation other than the request's logical cluster: a
+// Mount cannot move between clusters, nor claim another one.
+func validateCluster(ctx context.Context, m *mounts.Mount) field.ErrorList {
+	want := requestCluster(ctx)
+	got, ok := m.Annotations[kcp.ClusterAnnotation]
+	if (!ok && want == "") || got == want {
+		return nil
+	}
+	fld := field.NewPath("metadata", "annotations").Key(kcp.ClusterAnnotation)
+	if want == "" {
+		return field.ErrorList{field.Forbidden(fld, "Mounts of the default cluster carry no logical cluster")}
+	}
+	return field.ErrorList{field.Invalid(fld, got, fmt.Sprintf("a Mount belongs to the logical cluster it was created in, %s; the annotation cannot be changed", want))}
 }

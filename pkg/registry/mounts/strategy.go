@@ -96,8 +96,9 @@ func (mountStrategy) PrepareForUpdate(_ context.Context, obj, old runtime.Object
 	}
 }
 
-func (mountStrategy) Validate(_ context.Context, obj runtime.Object) field.ErrorList {
-	return validation.ValidateMount(obj.(*mounts.Mount))
+func (mountStrategy) Validate(ctx context.Context, obj runtime.Object) field.ErrorList {
+	m := obj.(*mounts.Mount)
+	return append(validateCluster(ctx, m), validation.ValidateMount(m)...)
 }
 
 func (mountStrategy) WarningsOnCreate(_ context.Context, obj runtime.Object) []string {
@@ -110,8 +111,9 @@ func (mountStrategy) AllowCreateOnUpdate(context.Context) bool { return false }
 
 func (mountStrategy) AllowUnconditionalUpdate(context.Context) bool { return true }
 
-func (mountStrategy) ValidateUpdate(_ context.Context, obj, old runtime.Object) field.ErrorList {
-	return validation.ValidateMountUpdate(obj.(*mounts.Mount), old.(*mounts.Mount))
+func (mountStrategy) ValidateUpdate(ctx context.Context, obj, old runtime.Object) field.ErrorList {
+	m := obj.(*mounts.Mount)
+	return append(validateCluster(ctx, m), validation.ValidateMountUpdate(m, old.(*mounts.Mount))...)
 }
 
 func (mountStrategy) WarningsOnUpdate(_ context.Context, obj, _ runtime.Object) []string {

@@ -17,6 +17,7 @@ import (
 	"github.com/google/uuid"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/apis/apiserver"
+	"k8s.io/apiserver/pkg/authentication/group"
 	"k8s.io/apiserver/pkg/authentication/request/anonymous"
 	authenticatorunion "k8s.io/apiserver/pkg/authentication/request/union"
 	x509request "k8s.io/apiserver/pkg/authentication/request/x509"
@@ -183,7 +184,11 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 		if err != nil {
 			return nil, err
 		}
-		bindings, err := kcp.NewAPIExportBindings(kcpConfig, o.Kcp.APIExportURL)
+		vw, err := o.apiExportConfig(kcpConfig)
+		if err != nil {
+			return nil, err
+		}
+		bindings, err := kcp.NewAPIExportBindings(vw, o.Kcp.APIExportURL)
 		if err != nil {
 			return nil, fmt.Errorf("--kcp-apiexport-url: %w", err)
 		}
@@ -504,8 +509,11 @@ func applyStandaloneAuth(c *genericapiserver.Config, ca *pki.PKI) error {
 	for _, p := range publicPaths {
 		conditions = append(conditions, apiserver.AnonymousAuthCondition{Path: p})
 	}
+	// Certificate users are in system:authenticated, as every Kubernetes authenticator puts
+	// them: reviews sent elsewhere (kcp, --secrets-kubeconfig's cluster) see the same user
+	// that a delegated server would have sent.
 	c.Authentication.Authenticator = authentication.CachingCertificates(authenticatorunion.New(
-		x509request.NewDynamic(clientCA.VerifyOptions, x509request.CommonNameUserConversion),
+		group.NewAuthenticatedGroupAdder(x509request.NewDynamic(clientCA.VerifyOptions, x509request.CommonNameUserConversion)),
 		anonymous.NewAuthenticator(conditions),
 	), nil, standaloneCertCacheTTL)
 

@@ -25,3 +25,30 @@ func TestKcpUnboundGCFlag(t *testing.T) {
 		t.Errorf("validation: %s", got)
 	}
 }
+
+// TestKcpValidation: kcp mode needs a status.URL base that is not the server itself, and names
+// for every CA whose certificates may name callers in X-Remote-*.
+func TestKcpValidation(t *testing.T) {
+	for name, c := range map[string]struct {
+		modify func(*Options)
+		want   string
+	}{
+		"no external base URL": {func(o *Options) { o.ExternalBaseURL = "" }, "--kcp-mode needs --external-base-url"},
+		"shard CA, no names":   {func(o *Options) { o.Kcp.ShardClientCAFile = "ca.crt" }, "--kcp-shard-client-ca-file needs --kcp-shard-client-names"},
+		"front-proxy CA, no names": {func(o *Options) { o.Kcp.FrontProxyClientCAFile = "ca.crt" },
+			"--kcp-front-proxy-client-ca-file needs --kcp-front-proxy-client-names"},
+		"export CA, no export": {func(o *Options) { o.Kcp.APIExportCAFile = "ca.crt" }, "--kcp-apiexport-ca-file needs --kcp-apiexport-url"},
+	} {
+		o := NewOptions()
+		o.KcpMode = true
+		o.ExternalBaseURL = "https://kcp.example.com/services/mounts"
+		c.modify(o)
+		completed, err := o.Complete()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := completed.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", name, err, c.want)
+		}
+	}
+}

@@ -306,6 +306,12 @@ func (o CompletedOptions) Validate() error {
 	if o.Delegated && o.SecretsKubeconfig != "" {
 		errs = append(errs, errors.New("--secrets-kubeconfig is for standalone mode; in delegated mode the host cluster holds the Secrets"))
 	}
+	if o.KcpMode && o.ExternalBaseURL == "" {
+		// Derived, status.URL would point at this server itself: kcp serves a mounted
+		// workspace from status.URL, and standalone kcp sends the caller's kcp credentials
+		// along (DESIGN.md, section 1) to whatever is there.
+		errs = append(errs, errors.New("--kcp-mode needs --external-base-url: the base of every Mount's status.URL, which kcp serves mounted workspaces from; point it at kcp's front-proxy mapping of this server (e.g. https://<kcp-front-proxy>/services/mounts), never at this server itself, where kcp would send its callers' kcp credentials"))
+	}
 	if o.ExternalBaseURL != "" {
 		if u, err := url.Parse(o.ExternalBaseURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.RawQuery != "" || u.User != nil {
 			errs = append(errs, fmt.Errorf("--external-base-url %q must be an absolute http(s) URL without query or credentials", o.ExternalBaseURL))
