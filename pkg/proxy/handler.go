@@ -285,6 +285,7 @@ type requestHandler struct {
 // describe the caller's connection, not the request (RFC 9110, 7.6.1).
 var scrubbedHeaders = []string{"Authorization", "Proxy-Authorization", "Cookie",
 	"Connection", "Proxy-Connection", "Keep-Alive", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
 // X-Kcp-* are kcp's own (X-Kcp-Virtual-Resource-Hops, X-Kcp-Mount-Hops): they count kcp's
 // hops, not the target's.
 var scrubbedPrefixes = []string{"Impersonate-", "X-Remote-", "X-Kcp-"}
