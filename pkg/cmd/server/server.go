@@ -51,7 +51,7 @@ With no flags it runs standalone: an embedded etcd and generated certificates un
 		},
 	}
 	cmd.SetContext(ctx)
-	cmd.AddCommand(newKubeconfigCommand())
+	cmd.AddCommand(newKubeconfigCommand(), newCACommand())
 
 	fss := o.Flags()
 	// The logs flag set has -v and the other logging flags already.

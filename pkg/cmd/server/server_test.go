@@ -3,9 +3,16 @@ package server
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/kcp-dev/mount-apiserver/pkg/pki"
 )
 
 // TestHelp reads mount-apiserver --help as a user does.
@@ -51,5 +58,42 @@ func TestHelp(t *testing.T) {
 		if strings.Contains(help, wrong) {
 			t.Errorf("--help mentions %q", wrong)
 		}
+	}
+}
+
+// TestCACommand: "mount-apiserver ca" creates the generated PKI of a root directory once and
+// prints its CA; a later run (and the server) keeps it.
+func TestCACommand(t *testing.T) {
+	root := t.TempDir()
+	run := func() string {
+		cmd := NewCommand(context.Background())
+		var out bytes.Buffer
+		cmd.SetOut(&out)
+		cmd.SetErr(&out)
+		cmd.SetArgs([]string{"ca", "--root-directory", root, "--serving-cert-hosts", "mounts.example.com"})
+		if err := cmd.Execute(); err != nil {
+			t.Fatalf("%v\n%s", err, out.String())
+		}
+		return out.String()
+	}
+	first := run()
+	if !strings.HasPrefix(first, "-----BEGIN CERTIFICATE-----") {
+		t.Fatalf("not a PEM certificate: %q", first)
+	}
+	if second := run(); second != first {
+		t.Error("a second run made another CA")
+	}
+	ca, err := pki.Load(filepath.Join(root, "pki"))
+	if err != nil || string(ca.CACertPEM) != first {
+		t.Errorf("the PKI under the root directory: %v", err)
+	}
+	serving, err := os.ReadFile(filepath.Join(root, "pki", pki.ServingCertFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(serving)
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil || !slices.Contains(cert.DNSNames, "mounts.example.com") {
+		t.Errorf("the serving certificate's names: %v %v", cert.DNSNames, err)
 	}
 }

@@ -66,10 +66,9 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 
 	// The PKI's CA authenticates clients in any case; its serving certificate is used unless
 	// --tls-cert-file names another one.
-	hosts, ips := o.servingHosts()
-	ca, err := pki.Ensure(o.SecureServing.ServerCert.CertDirectory, hosts, ips)
+	ca, err := o.EnsurePKI()
 	if err != nil {
-		return nil, fmt.Errorf("preparing certificates in %s: %w", o.SecureServing.ServerCert.CertDirectory, err)
+		return nil, err
 	}
 	if o.GenerateCerts {
 		o.SecureServing.ServerCert.CertKey.CertFile = ca.Path(pki.ServingCertFile)
@@ -242,6 +241,17 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 	}
 	logger.Info("Wrote admin kubeconfig", "path", cfg.Extra.AdminKubeconfig)
 	return cfg, nil
+}
+
+// EnsurePKI creates the generated PKI under the certificate directory if it is not there yet
+// (the CA and a serving certificate for the serving hosts) and returns it.
+func (o CompletedOptions) EnsurePKI() (*pki.PKI, error) {
+	hosts, ips := o.servingHosts()
+	ca, err := pki.Ensure(o.SecureServing.ServerCert.CertDirectory, hosts, ips)
+	if err != nil {
+		return nil, fmt.Errorf("preparing certificates in %s: %w", o.SecureServing.ServerCert.CertDirectory, err)
+	}
+	return ca, nil
 }
 
 // targetCheck checks, at admission, the target that a URL mount's Secret names. A Secret that
