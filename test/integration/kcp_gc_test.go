@@ -21,6 +21,9 @@ import (
 func TestUnboundClustersLoseTheirMounts(t *testing.T) {
 	ctx := context.Background()
 	k := framework.StartKcp(t, framework.KcpV0323)
+	// The collector lists bindings through the export's virtual workspace, which kcp
+	// authorizes in the export's workspace: root has content, with the provider's roles.
+	kcpRoot(t, k, startKubes(t, 1)[0])
 	clustersMounts := map[string][]string{"ws-a": {"m1"}, "ws-b": {"m1", "m2"}, "ws-c": {"m1", "m3"}}
 	for cluster := range clustersMounts {
 		// The collector reads only the bindings: the workspaces need no content.

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,12 +25,16 @@ import (
 )
 
 // kcpEnv is mount-apiserver behind the kcp harness (framework.Kcp, which does what DESIGN.md
-// section 1 observed kcp do; kcp itself cannot be built here): two consumer workspaces
-// root:ws-a and root:ws-b, each a real kube-apiserver holding RBAC and Secrets, and, where
-// asked for, a real remote kube-apiserver for URL mounts.
+// section 1 observed kcp do and refuses what kcp refuses; kcp itself cannot be built here):
+// the root workspace, where the export lives, and two consumer workspaces root:ws-a and
+// root:ws-b, each a real kube-apiserver holding RBAC and Secrets, and, where asked for, a
+// real remote kube-apiserver for URL mounts. Every workspace gets the RBAC of artifacts/kcp
+// that real kcp needs: the provider's roles in root (its export's virtual workspace, reading
+// Workspaces), the consumer roles and the provider's access reviews in ws-a and ws-b.
 type kcpEnv struct {
 	kcp      *framework.Kcp
 	server   *framework.Server
+	root     *framework.KubeAPIServer
 	a, b     *framework.KubeAPIServer
 	remote   *framework.KubeAPIServer
 	provider clientset.Interface // through the APIExport's virtual workspace, all clusters
@@ -39,6 +44,8 @@ type kcpEnv struct {
 type kcpEnvOptions struct {
 	// version is the kcp the harness reproduces; "" is kcp v0.32.3.
 	version framework.KcpVersion
+	// workspaceMounts turns kcp's feature gate WorkspaceMounts on.
+	workspaceMounts bool
 	// modify changes mount-apiserver's options after the harness configured them.
 	modify func(*options.Options)
 	// remote starts the remote kube-apiserver of URL mounts.
@@ -50,46 +57,92 @@ const (
 	kcpClusterB = "2b2b2b2b"
 )
 
+// startKubes starts n kube-apiservers at once (each takes seconds to become ready) and stops
+// them with t.Cleanup.
+func startKubes(t testing.TB, n int) []*framework.KubeAPIServer {
+	t.Helper()
+	kubes := make([]*framework.KubeAPIServer, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		dir := t.TempDir()
+		wg.Go(func() { kubes[i], errs[i] = framework.StartKubeAPIServer(context.Background(), dir) })
+	}
+	wg.Wait()
+	for i, kube := range kubes {
+		if kube != nil {
+			t.Cleanup(kube.Stop)
+		}
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+	}
+	return kubes
+}
+
+// applyArtifacts applies files or kustomizations of artifacts/kcp in kube, as kcp's admin.
+func applyArtifacts(t testing.TB, kube *framework.KubeAPIServer, paths ...string) {
+	t.Helper()
+	for _, p := range paths {
+		full := filepath.Join(kcpArtifacts(), p)
+		flag := "-f"
+		if info, err := os.Stat(full); err == nil && info.IsDir() {
+			flag = "-k"
+		}
+		if out, err := exec.Command("kubectl", "--kubeconfig", kube.AdminKubeconfig, "apply", flag, full).CombinedOutput(); err != nil {
+			t.Fatalf("applying artifacts/kcp/%s: %v\n%s", p, err, out)
+		}
+	}
+}
+
+// kcpRoot gives the harness's root workspace (the export's) content, with the provider's
+// roles of artifacts/kcp: its export's virtual workspace, and reading root's Workspaces.
+func kcpRoot(t testing.TB, k *framework.Kcp, root *framework.KubeAPIServer) {
+	t.Helper()
+	k.AddWorkspace("root", "root", root, false)
+	applyArtifacts(t, root, "rbac.yaml", "parent")
+}
+
 func startKcpEnv(t testing.TB, opts kcpEnvOptions) *kcpEnv {
 	t.Helper()
-	ctx := context.Background()
 	if opts.version == "" {
 		opts.version = framework.KcpV0323
 	}
-	e := &kcpEnv{kcp: framework.StartKcp(t, opts.version)}
-	kubes := []**framework.KubeAPIServer{&e.a, &e.b}
+	e := &kcpEnv{kcp: framework.StartKcpWith(t, framework.KcpOptions{Version: opts.version, WorkspaceMounts: opts.workspaceMounts, BindingDelay: 2 * time.Second})}
+	n := 3
 	if opts.remote {
-		kubes = append(kubes, &e.remote)
+		n++
 	}
-	for _, k := range kubes {
-		kube, err := framework.StartKubeAPIServer(ctx, t.TempDir())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(kube.Stop)
-		*k = kube
+	kubes := startKubes(t, n)
+	e.root, e.a, e.b = kubes[0], kubes[1], kubes[2]
+	if opts.remote {
+		e.remote = kubes[3]
 	}
+	kcpRoot(t, e.kcp, e.root)
 	e.kcp.AddWorkspace("root:ws-a", kcpClusterA, e.a, true)
 	e.kcp.AddWorkspace("root:ws-b", kcpClusterB, e.b, true)
 	e.kcp.AddUser("alice-token", framework.KcpUser{Name: "alice", Groups: []string{"team-a"}})
 	e.kcp.AddUser("bob-token", framework.KcpUser{Name: "bob", Groups: []string{"team-b"}})
 	e.kcp.AddUser("carol-token", framework.KcpUser{Name: "carol"})
+	for _, k := range []*framework.KubeAPIServer{e.a, e.b} {
+		// The consumer roles, and the provider's access reviews there.
+		applyArtifacts(t, k, "consumer")
+	}
 	grant(t, e.a, "alice", "mounts-editor", mountsEditor...)
 	grant(t, e.b, "bob", "mounts-editor", mountsEditor...)
-	grant(t, e.a, "carol", "mounts-viewer", rbacv1.PolicyRule{APIGroups: []string{"mounts.kcp.io"}, Resources: []string{"mounts", "mounts/status"}, Verbs: []string{"get", "list", "watch"}})
-	for _, k := range []*framework.KubeAPIServer{e.a, e.b} {
-		// kcp would let the provider review access in the workspaces that bind its export
-		// only if they grant it; the test grants it.
-		grant(t, k, framework.KcpProviderUser, "mount-provider-reviews", rbacv1.PolicyRule{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}})
-	}
+	grant(t, e.a, "carol", "mounts-viewer", rbacv1.PolicyRule{APIGroups: []string{"mounts.kcp.io"}, Resources: []string{"mounts", "mounts/status"}, Verbs: []string{"get", "list", "watch"}}, kcpAccess)
 
 	e.server = startKcpServer(t, e.kcp, opts.modify)
 	var err error
-	if e.provider, err = clientset.NewForConfig(e.kcp.Config("provider-token", "")); err != nil {
+	if e.provider, err = clientset.NewForConfig(e.kcp.Config(framework.KcpProviderToken, "")); err != nil {
 		t.Fatal(err)
 	}
 	return e
 }
+
+// kcpAccess is kcp's "access" to a workspace, which every user but kcp's admins needs there
+// before any other right counts.
+var kcpAccess = rbacv1.PolicyRule{NonResourceURLs: []string{"/"}, Verbs: []string{"access"}}
 
 // startKcpServer starts mount-apiserver configured to meet the harness k, then modified, and
 // points the export's virtual storage at it.
@@ -131,11 +184,12 @@ func (e *kcpEnv) remoteSecretOfAlice(t *testing.T) {
 }
 
 // mountsEditor is what an editor of Mounts holds in a consumer workspace: Mounts, the proxy,
-// lending, and reading the Secrets its mounts reference.
+// lending, reading the Secrets its mounts reference, and kcp's "access".
 var mountsEditor = []rbacv1.PolicyRule{
 	{APIGroups: []string{"mounts.kcp.io"}, Resources: []string{"mounts", "mounts/status", "mounts/proxy"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete", "lend"}},
 	{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "create"}},
 	{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"create"}},
+	kcpAccess,
 }
 
 func grant(t testing.TB, k *framework.KubeAPIServer, userName, role string, rules ...rbacv1.PolicyRule) {
@@ -204,7 +258,7 @@ func TestKcpConsumerWorkspaces(t *testing.T) {
 		t.Fatal("a watch at kcp's base URL, outside any workspace, was served")
 	}
 	provider, err := clientset.NewForConfig(func() *rest.Config {
-		c := e.kcp.Config("provider-token", "")
+		c := e.kcp.Config(framework.KcpProviderToken, "")
 		c.Host = e.kcp.APIExportURL() + "/clusters/*"
 		return c
 	}())
@@ -341,10 +395,11 @@ func mustKubeconfig(t *testing.T, k *framework.Kcp, token, path string) string {
 // Secret lives in that workspace and is read through the APIExport's permission claim, to a
 // real remote kube-apiserver. kcp v0.32.3 names no caller: a mount that impersonates its
 // callers refuses such requests, one with its own credentials serves them; kcp main's
-// X-Remote-* and the front-proxy's mapping carry the caller, who reaches the target as
-// themself. A user without mounts/proxy in the workspace is refused by kcp.
+// X-Remote-* (both states of main) and the front-proxy's mapping carry the caller, who
+// reaches the target as themself. A user without mounts/proxy in the workspace is refused by
+// kcp.
 func TestKcpURLMountIdentity(t *testing.T) {
-	for _, version := range []framework.KcpVersion{framework.KcpV0323, framework.KcpMain} {
+	for _, version := range []framework.KcpVersion{framework.KcpV0323, framework.KcpMain202608, framework.KcpMain} {
 		t.Run(string(version), func(t *testing.T) {
 			e := startKcpEnv(t, kcpEnvOptions{version: version, modify: apiOnly, remote: true})
 			e.remoteSecretOfAlice(t)
@@ -454,7 +509,7 @@ func runKubectl(kubeconfig string, args ...string) (string, error) {
 // caller reaches the real remote kube-apiserver as themself; kcp's RBAC in the mount's
 // workspace (mounts/proxy) decides who may.
 func TestKcpMountedWorkspace(t *testing.T) {
-	e := startKcpEnv(t, kcpEnvOptions{remote: true})
+	e := startKcpEnv(t, kcpEnvOptions{remote: true, workspaceMounts: true})
 	ctx := context.Background()
 	e.remoteSecretOfAlice(t)
 	// kcp v0.32.3 names nobody, so the URL mount is created through the mapping, as alice.
@@ -462,8 +517,6 @@ func TestKcpMountedWorkspace(t *testing.T) {
 	if out, err := runKubectl(mapping, "create", "-f", writeFile(t, "m.yaml", "apiVersion: mounts.kcp.io/v1alpha1\nkind: Mount\nmetadata: {name: prod}\nspec: {type: URL, ref: {namespace: clusters, name: remote}}\n")); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	e.kcp.AddMountedWorkspace("root:prod", "3c3c3c3c", kcpClusterA, "prod")
-
 	wantURL := e.kcp.URL + framework.KcpMountsMapping + "/clusters/" + kcpClusterA + "/apis/mounts.kcp.io/v1alpha1/mounts/prod/proxy"
 	var last string
 	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
@@ -472,6 +525,14 @@ func TestKcpMountedWorkspace(t *testing.T) {
 		return err == nil && out == "Ready "+wantURL, nil
 	}); err != nil {
 		t.Fatalf("the mount never became Ready with the front-proxy's URL: %q", last)
+	}
+	// kcp copies status.URL once, when it reconciles the Workspace, and is Ready only if the
+	// Mount was: the Workspace is created once the Mount is Ready.
+	e.kcp.AddMountedWorkspace("root:prod", "3c3c3c3c", kcpClusterA, "prod")
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return e.kcp.WorkspacePhase("root:prod") == "Ready", nil
+	}); err != nil {
+		t.Fatalf("the mounted workspace is %s", e.kcp.WorkspacePhase("root:prod"))
 	}
 
 	// The mounted workspace is the remote cluster, seen as the caller.

@@ -148,8 +148,8 @@ func TestTunnelRelayRefusesKcpCallers(t *testing.T) {
 	impostor := "system:serviceaccount:" + framework.Namespace + ":" + framework.ServiceAccount
 	k.AddUser("impostor-token", framework.KcpUser{Name: impostor})
 	grant(t, workspace, impostor, "workspace-owner", workspaceOwner...)
-	grant(t, workspace, framework.KcpProviderUser, "mount-provider-reviews", rbacv1.PolicyRule{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}})
-	provider, err := k.Kubeconfig("provider-token", "")
+	applyArtifacts(t, workspace, "consumer")
+	provider, err := k.Kubeconfig(framework.KcpProviderToken, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,9 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -48,20 +45,9 @@ func requestsIn(reqs []framework.KcpRequest, cluster, path string) []framework.K
 // and the credential ID of a client certificate, an extra the proxy impersonates too.
 func grantImpersonator(t testing.TB, kube *framework.KubeAPIServer) {
 	t.Helper()
-	// artifacts/kcp/target, with the harness's provider as subject: the bundle's own RBAC.
-	data, err := os.ReadFile(filepath.Join(framework.RepoRoot(), "artifacts", "kcp", "target", "impersonator.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	manifest := strings.Replace(string(data), "    name: mount-apiserver\n", "    name: "+framework.KcpProviderUser+"\n", 1)
-	if manifest == string(data) {
-		t.Fatal("artifacts/kcp/target/impersonator.yaml: no subject mount-apiserver to replace")
-	}
-	cmd := exec.Command("kubectl", "--kubeconfig", kube.AdminKubeconfig, "apply", "-f", "-")
-	cmd.Stdin = strings.NewReader(manifest)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("applying artifacts/kcp/target: %v\n%s", err, out)
-	}
+	// artifacts/kcp/target: the bundle's own RBAC; the harness's provider is called as the
+	// bundle's subject.
+	applyArtifacts(t, kube, "target")
 }
 
 // TestWorkspaceMounts: through the kcp harness, a Workspace mount in root:ws-a is a soft link
@@ -76,8 +62,11 @@ func TestWorkspaceMounts(t *testing.T) {
 	e := startKcpEnv(t, kcpEnvOptions{modify: apiOnly})
 	ctx := context.Background()
 	grantImpersonator(t, e.b)
-	// alice may list namespaces in the target workspace, carol may not.
-	grant(t, e.b, "alice", "ns-reader", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list"}})
+	// alice may list namespaces in the target workspace, carol may not; both may enter it
+	// (kcp's "access"), as may mount-apiserver's own admin.
+	grant(t, e.b, "alice", "ns-reader", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list"}}, kcpAccess)
+	grant(t, e.b, "carol", "access", kcpAccess)
+	grant(t, e.b, pki.AdminUser, "access", kcpAccess)
 	grant(t, e.a, "carol", "mounts-proxy", rbacv1.PolicyRule{APIGroups: []string{"mounts.kcp.io"}, Resources: []string{"mounts/proxy"}, Verbs: []string{"get"}})
 
 	e.mustKubectl(t, "alice-token", "root:ws-a", "create", "-f", writeFile(t, "mounts.yaml", `apiVersion: mounts.kcp.io/v1alpha1
@@ -290,6 +279,7 @@ func BenchmarkWorkspaceMount(b *testing.B) {
 	e := startKcpEnv(b, kcpEnvOptions{modify: apiOnly})
 	ctx := context.Background()
 	grantImpersonator(b, e.b)
+	grant(b, e.b, pki.AdminUser, "access", kcpAccess)
 	inA := rest.CopyConfig(e.server.Config)
 	inA.Host += "/clusters/" + kcpClusterA
 	mountsClient, err := clientset.NewForConfig(inA)
@@ -320,12 +310,12 @@ func BenchmarkWorkspaceMount(b *testing.B) {
 		}
 	}
 	b.Run("kcp-direct", func(b *testing.B) {
-		get(b, e.kcp.Config("provider-token", ""), e.kcp.URL+"/clusters/"+kcpClusterB+"/version")
+		get(b, e.kcp.Config(framework.KcpProviderToken, ""), e.kcp.URL+"/clusters/"+kcpClusterB+"/version")
 	})
 	// What the mount sends, sent by the provider itself: the harness checks the same
 	// impersonation (user, two groups, one extra) with access reviews in the workspace.
 	b.Run("kcp-direct-impersonating", func(b *testing.B) {
-		cfg := e.kcp.Config("provider-token", "")
+		cfg := e.kcp.Config(framework.KcpProviderToken, "")
 		cfg.Impersonate = rest.ImpersonationConfig{UserName: pki.AdminUser, Groups: []string{authorization.AdminsGroup, "system:authenticated"},
 			Extra: map[string][]string{"authentication.kubernetes.io/credential-id": {"X509SHA256=0"}}}
 		get(b, cfg, e.kcp.URL+"/clusters/"+kcpClusterB+"/version")

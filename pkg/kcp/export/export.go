@@ -78,6 +78,9 @@ func APIResourceSchema(getDefs Definitions) (*apisv1alpha1.APIResourceSchema, er
 				Singular: "mount",
 				Kind:     "Mount",
 				ListKind: "MountList",
+				// kcp serves discovery with the schema's names, not the server's: the server's
+				// short name (pkg/registry/mounts) must be here for kubectl get mnt.
+				ShortNames: []string{"mnt"},
 			},
 			Scope:    apiextensionsv1.ClusterScoped,
 			Versions: []apisv1alpha1.APIResourceVersion{version},
