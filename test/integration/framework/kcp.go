@@ -165,6 +165,11 @@ type KcpOptions struct {
 	// mounted one), APIBindings bind, the endpoint slice's URL becomes the virtual storage's
 	// endpoint. See kcp_kinds.go.
 	Kinds bool
+	// VirtualWorkspaceCA verifies the endpoint slice's URL (kcp's
+	// --shard-virtual-workspace-ca-file), with Kinds.
+	VirtualWorkspaceCA []byte
+	// Listener, if set, is where the harness listens (a test that needs a given port).
+	Listener net.Listener
 }
 
 // Kcp stands in for a kcp shard and its front-proxy on one loopback listener, reproducing
@@ -294,6 +299,10 @@ func StartKcpWith(t testing.TB, opts KcpOptions) *Kcp {
 		}
 	}
 	k.server = httptest.NewUnstartedServer(k)
+	if opts.Listener != nil {
+		_ = k.server.Listener.Close()
+		k.server.Listener = opts.Listener
+	}
 	k.server.TLS = &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{serving.Raw}, PrivateKey: key}}}
 	k.server.EnableHTTP2 = true
 	k.server.StartTLS()
@@ -304,6 +313,8 @@ func StartKcpWith(t testing.TB, opts KcpOptions) *Kcp {
 	k.workspaces["root"] = &KcpWorkspace{Path: "root", Cluster: "root", phase: "Ready"}
 	if opts.Kinds {
 		k.kinds = &kinds{}
+		k.background.Add(1)
+		go k.runKinds()
 	}
 	return k
 }
