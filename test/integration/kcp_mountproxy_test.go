@@ -122,7 +122,9 @@ func TestKcpMain202608MountProxyForgery(t *testing.T) {
 		t.Fatalf("the mounted workspace is %s", e.kcp.WorkspacePhase("root:ws-a:creds"))
 	}
 	const target = "/clusters/root:ws-a:creds/api/v1/namespaces/kube-system"
-	served := func(code int, body string) bool { return code == http.StatusOK || strings.Contains(body, `"kind":"Namespace"`) }
+	served := func(code int, body string) bool {
+		return code == http.StatusOK || strings.Contains(body, `"kind":"Namespace"`)
+	}
 	forgedAlice := http.Header{"X-Remote-User": {"alice"}, "X-Remote-Group": {"team-a", "system:authenticated"}}
 	forgedAdmin := http.Header{"X-Remote-User": {"eve"}, "X-Remote-Group": {framework.KcpAdminGroup, "system:authenticated"}}
 
