@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -16,6 +17,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	apisv1alpha1 "github.com/kcp-dev/sdk/apis/apis/v1alpha1"
+	apisv1alpha2 "github.com/kcp-dev/sdk/apis/apis/v1alpha2"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -154,6 +157,10 @@ func TestKcpSchemaMatchesServedOpenAPI(t *testing.T) {
 	}
 	var ars struct {
 		Spec struct {
+			Names struct {
+				ShortNames []string `json:"shortNames"`
+				Categories []string `json:"categories"`
+			} `json:"names"`
 			Versions []struct {
 				Name                     string         `json:"name"`
 				Schema                   map[string]any `json:"schema"`
@@ -218,6 +225,16 @@ func TestKcpSchemaMatchesServedOpenAPI(t *testing.T) {
 		}
 	}
 
+	// kcp serves discovery with the schema's names: they must be the server's own, or
+	// kubectl get mnt works against the server and fails through kcp.
+	var discovery metav1.APIResourceList
+	getJSON(t, s.Config, s.URL+"/apis/mounts.kcp.io/v1alpha1", "application/json", &discovery)
+	for _, r := range discovery.APIResources {
+		if r.Name == "mounts" && (!slices.Equal(r.ShortNames, ars.Spec.Names.ShortNames) || !slices.Equal(r.Categories, ars.Spec.Names.Categories)) {
+			t.Errorf("the APIResourceSchema's short names %v and categories %v, the server's %v and %v", ars.Spec.Names.ShortNames, ars.Spec.Names.Categories, r.ShortNames, r.Categories)
+		}
+	}
+
 	var table metav1.Table
 	getJSON(t, s.Config, s.URL+"/apis/mounts.kcp.io/v1alpha1/mounts", "application/json;as=Table;v=v1;g=meta.k8s.io", &table)
 	var served, printed []string
@@ -232,43 +249,175 @@ func TestKcpSchemaMatchesServedOpenAPI(t *testing.T) {
 	}
 }
 
-// TestKcpArtifactsKustomize builds artifacts/kcp and artifacts/kcp/consumer with the real
-// kubectl and decodes the output strictly with the kcp SDK's types and rbac/v1: what kubectl
-// apply -k would send is what the checks hold the bundle to.
+// TestKcpArtifactsKustomize builds every rendering of the kcp bundle with the real kubectl
+// (artifacts/kcp for kcp v0.32.3, artifacts/kcp-main for kcp main, and the consumer, parent
+// and target kustomizations) and decodes the output strictly: kcp's kinds of v0.32.3 with the
+// kcp SDK's types, kcp main's renamed cache kinds (which the SDK v0.29.0 lacks) with this
+// test's own structs, RBAC with rbac/v1. What kubectl apply -k would send is what the checks
+// hold the bundle to, including the rights real kcp needs: "access" in every role.
 func TestKcpArtifactsKustomize(t *testing.T) {
 	kubectl, err := exec.LookPath("kubectl")
 	if err != nil {
 		t.Fatalf("kubectl is required on PATH: %v", err)
 	}
-	build := func(dir string) *export.Bundle {
+	render := func(dir string) []byte {
 		t.Helper()
 		out, err := exec.Command(kubectl, "kustomize", dir).Output()
 		if err != nil {
 			t.Fatalf("kubectl kustomize %s: %v", dir, err)
 		}
-		b, err := export.Decode(out)
+		return out
+	}
+	build := func(dir string) *export.Bundle {
+		t.Helper()
+		b, err := export.Decode(render(dir))
 		if err != nil {
 			t.Fatalf("kubectl kustomize %s: %v", dir, err)
 		}
 		return b
+	}
+	grantsAccess := func(where string, r *rbacv1.ClusterRole) {
+		t.Helper()
+		for _, rule := range r.Rules {
+			if slices.Contains(rule.NonResourceURLs, "/") && slices.Contains(rule.Verbs, "access") {
+				return
+			}
+		}
+		t.Errorf("%s: ClusterRole %s does not grant kcp's \"access\" to its workspace", where, r.Name)
+	}
+	allows := func(r *rbacv1.ClusterRole, group, resource, verb string) bool {
+		for _, rule := range r.Rules {
+			if slices.Contains(rule.APIGroups, group) && slices.Contains(rule.Resources, resource) && slices.Contains(rule.Verbs, verb) {
+				return true
+			}
+		}
+		return false
+	}
+	boundTo := func(b *export.Bundle, role, user string) bool {
+		for _, crb := range export.All[*rbacv1.ClusterRoleBinding](b) {
+			if crb.RoleRef.Name == role && slices.ContainsFunc(crb.Subjects, func(s rbacv1.Subject) bool { return s.Kind == rbacv1.UserKind && s.Name == user }) {
+				return true
+			}
+		}
+		return false
 	}
 
 	provider := build(kcpArtifacts())
 	if err := export.CheckProvider(provider); err != nil {
 		t.Errorf("kubectl kustomize artifacts/kcp: %v", err)
 	}
-	if n := len(provider.Objects); n != 7 {
-		t.Errorf("artifacts/kcp: %d objects, want 7 (schema, 2 exports, cached resource, slice, 2 roles)", n)
+	if n := len(provider.Objects); n != 8 {
+		t.Errorf("artifacts/kcp: %d objects, want 8 (schema, 2 exports, cached resource, slice, 2 roles, 1 binding)", n)
 	}
+	for _, r := range export.All[*rbacv1.ClusterRole](provider) {
+		grantsAccess("artifacts/kcp", r)
+	}
+	if r := export.Find[*rbacv1.ClusterRole](provider, "mount-apiserver"); r == nil || !allows(r, "apis.kcp.io", "apiexports", "get") || !allows(r, "apis.kcp.io", "apiexports/content", "list") || !allows(r, "apis.kcp.io", "apibindings", "list") || !boundTo(provider, "mount-apiserver", "mount-apiserver") {
+		t.Errorf("artifacts/kcp: the provider identity's role lacks what kcp checks in the export's virtual workspace: %+v", r)
+	}
+
+	// kcp main: the same bundle with the renamed cache kinds.
+	type ref struct {
+		Name string `json:"name"`
+	}
+	type clusterCachedResource struct {
+		APIVersion string            `json:"apiVersion"`
+		Kind       string            `json:"kind"`
+		Metadata   metav1.ObjectMeta `json:"metadata"`
+		Spec       struct {
+			Group         string                `json:"group"`
+			Version       string                `json:"version"`
+			Resource      string                `json:"resource"`
+			LabelSelector *metav1.LabelSelector `json:"labelSelector"`
+		} `json:"spec"`
+	}
+	type clusterCachedSlice struct {
+		APIVersion string            `json:"apiVersion"`
+		Kind       string            `json:"kind"`
+		Metadata   metav1.ObjectMeta `json:"metadata"`
+		Spec       struct {
+			ClusterCachedResource ref `json:"clusterCachedResource"`
+			Export                ref `json:"export"`
+			Shards                struct {
+				MatchAll bool `json:"matchAll"`
+			} `json:"shards"`
+		} `json:"spec"`
+	}
+	var rest [][]byte
+	var anchor *clusterCachedResource
+	var slice *clusterCachedSlice
+	for i, doc := range strings.Split(string(render(filepath.Join(framework.RepoRoot(), "artifacts", "kcp-main"))), "\n---\n") {
+		var head struct {
+			Kind string `json:"kind"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &head); err != nil {
+			t.Fatalf("artifacts/kcp-main document %d: %v", i, err)
+		}
+		var into any
+		switch head.Kind {
+		case "ClusterCachedResource":
+			anchor = &clusterCachedResource{}
+			into = anchor
+		case "ClusterCachedResourceEndpointSlice":
+			slice = &clusterCachedSlice{}
+			into = slice
+		case "CachedResource", "CachedResourceEndpointSlice":
+			t.Errorf("artifacts/kcp-main has v0.32.3's kind %s, which kcp main does not serve", head.Kind)
+			continue
+		default:
+			rest = append(rest, []byte(doc))
+			continue
+		}
+		if err := yaml.UnmarshalStrict([]byte(doc), into); err != nil {
+			t.Errorf("artifacts/kcp-main %s: %v", head.Kind, err)
+		}
+	}
+	mainBundle, err := export.Decode(bytes.Join(rest, []byte("\n---\n")))
+	if err != nil {
+		t.Fatalf("artifacts/kcp-main: %v", err)
+	}
+	for _, e := range export.All[*apisv1alpha2.APIExport](mainBundle) {
+		v := e.Spec.Resources[0].Storage.Virtual
+		if v == nil || v.Reference.Kind != "ClusterCachedResourceEndpointSlice" || v.Reference.Name != export.EndpointSliceName {
+			t.Errorf("artifacts/kcp-main: APIExport %s's virtual storage references %+v", e.Name, v)
+		}
+	}
+	if n := len(export.All[*apisv1alpha1.APIResourceSchema](mainBundle)); n != 1 {
+		t.Errorf("artifacts/kcp-main: %d APIResourceSchemas", n)
+	}
+	if anchor == nil || anchor.Metadata.Name != export.CachedResourceName || anchor.Metadata.Annotations["cachedresources.cache.kcp.io/skip-endpointslice"] != "true" {
+		t.Errorf("artifacts/kcp-main: ClusterCachedResource %+v", anchor)
+	}
+	if slice == nil || slice.Metadata.Name != export.EndpointSliceName || slice.Spec.ClusterCachedResource.Name != export.CachedResourceName || slice.Spec.Export.Name != export.EndpointsExportName || !slice.Spec.Shards.MatchAll {
+		t.Errorf("artifacts/kcp-main: ClusterCachedResourceEndpointSlice %+v", slice)
+	}
+
 	consumer := build(filepath.Join(kcpArtifacts(), "consumer"))
 	var roles []string
 	for _, r := range export.All[*rbacv1.ClusterRole](consumer) {
 		roles = append(roles, r.Name)
+		grantsAccess("artifacts/kcp/consumer", r)
 		if r.Labels["app.kubernetes.io/part-of"] != "mount-apiserver" {
 			t.Errorf("ClusterRole %s: labels %v, kustomize's label missing", r.Name, r.Labels)
 		}
 	}
-	if want := []string{"mounts-admin", "mounts-edit", "mounts-view"}; !slices.Equal(slices.Sorted(slices.Values(roles)), want) {
+	if want := []string{"mount-apiserver-reviewer", "mounts-admin", "mounts-edit", "mounts-view"}; !slices.Equal(slices.Sorted(slices.Values(roles)), want) {
 		t.Errorf("consumer roles %v, want %v", roles, want)
+	}
+	if r := export.Find[*rbacv1.ClusterRole](consumer, "mount-apiserver-reviewer"); r == nil || !allows(r, "authorization.k8s.io", "subjectaccessreviews", "create") || !boundTo(consumer, r.Name, "mount-apiserver") {
+		t.Errorf("consumer: the provider identity cannot review access: %+v", r)
+	}
+	parent := build(filepath.Join(kcpArtifacts(), "parent"))
+	if r := export.Find[*rbacv1.ClusterRole](parent, "mount-apiserver-workspace-reader"); r == nil || !allows(r, "tenancy.kcp.io", "workspaces", "get") || !boundTo(parent, r.Name, "mount-apiserver") {
+		t.Errorf("parent: the provider identity cannot read Workspaces: %+v", r)
+	} else {
+		grantsAccess("artifacts/kcp/parent", r)
+	}
+	target := build(filepath.Join(kcpArtifacts(), "target"))
+	for _, r := range export.All[*rbacv1.ClusterRole](target) {
+		grantsAccess("artifacts/kcp/target", r)
+	}
+	if r := export.Find[*rbacv1.ClusterRole](target, "mount-apiserver-impersonator"); r == nil || !allows(r, "", "users", "impersonate") || !boundTo(target, r.Name, "mount-apiserver") {
+		t.Errorf("target: the provider identity cannot impersonate: %+v", r)
 	}
 }
