@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -249,5 +250,37 @@ func addDocUsers(t *testing.T, k *framework.Kcp, block string) {
 			u.Groups = strings.Split(r[3], ",")
 		}
 		k.AddUser(r[0], u)
+	}
+}
+
+// TestKcpQuickstartFollowsDocs: hack/kcp-quickstart.sh, which cannot run here (it needs kcp's
+// binaries), runs the same commands as the marked blocks of docs/kcp.md, which
+// TestKcpDocsSteps runs against the harness: every line of those blocks is a line of the
+// script, but the defaults the page gives its variables (the test sets them).
+func TestKcpQuickstartFollowsDocs(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(framework.RepoRoot(), "hack", "kcp-quickstart.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	background := regexp.MustCompile(`( > [a-z-]+\.log 2>&1)? &$`)
+	lines := map[string]bool{}
+	for _, l := range strings.Split(string(data), "\n") {
+		lines[background.ReplaceAllString(strings.TrimSpace(l), "")] = true
+	}
+	n := 0
+	for _, b := range docBlocks(t, filepath.Join(framework.RepoRoot(), "docs", "kcp.md")) {
+		for _, l := range strings.Split(b.body, "\n") {
+			l = background.ReplaceAllString(strings.TrimSpace(l), "")
+			if l == "" || strings.HasPrefix(l, "#") || strings.Contains(l, ":-") {
+				continue
+			}
+			n++
+			if !lines[l] {
+				t.Errorf("docs/kcp.md's line is not in hack/kcp-quickstart.sh: %s", l)
+			}
+		}
+	}
+	if n < 60 {
+		t.Errorf("only %d lines of docs/kcp.md compared", n)
 	}
 }
