@@ -186,7 +186,15 @@ rules:
     verbs: ["access"]
 EOF
 $PRODCTL create clusterrolebinding prod-reader --clusterrole=prod-reader --user=prod-reader
-$PRODCTL create clusterrole workspace-access --verb=access --non-resource-url=/
+$PRODCTL apply -f - <<EOF
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: workspace-access
+rules:
+  - nonResourceURLs: ["/"]
+    verbs: ["access"]
+EOF
 $PRODCTL create clusterrolebinding team-access --clusterrole=workspace-access --group=team
 $PRODCTL create clusterrole namespace-reader --verb=get,list --resource=namespaces
 $PRODCTL create clusterrolebinding team-namespaces --clusterrole=namespace-reader --group=team
