@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2/ktesting"
@@ -158,5 +159,91 @@ func TestKcpMain202608MountProxyForgery(t *testing.T) {
 	}
 	if code, body := anonymousAt(t, e.kcp, target, forgedAdmin); served(code, body) {
 		t.Errorf("a caller who claimed system:kcp:admin through X-Remote-Group got the mount's credentials: %d %.300s", code, body)
+	}
+}
+
+// TestKcpMainMountProxy: newer kcp main's mount proxy (kcp-dev/kcp pkg/server/mountproxy.go,
+// read from source; the harness does what it does) in front of a workspace mounted on alice's
+// URL mount, whose status.URL points at mount-apiserver directly and which trusts the
+// mount-proxy certificate's name, as docs/kcp.md recommends for that kcp: alice reaches the
+// target as herself, named by X-Remote-* over the mount-proxy certificate with neither her
+// token nor a UID; kcp refuses anonymous callers whatever they claim, callers without "get"
+// on the Workspace in its parent, impersonation, and a 3rd hop (508).
+func TestKcpMainMountProxy(t *testing.T) {
+	ctx := context.Background()
+	e := &kcpEnv{kcp: framework.StartKcpWith(t, framework.KcpOptions{Version: framework.KcpMain, WorkspaceMounts: true})}
+	kubes := startKubes(t, 3)
+	e.root, e.a, e.remote = kubes[0], kubes[1], kubes[2]
+	kcpRoot(t, e.kcp, e.root)
+	e.kcp.AddWorkspace("root:ws-a", kcpClusterA, e.a, true)
+	applyArtifacts(t, e.a, "consumer")
+	e.kcp.AddUser("alice-token", framework.KcpUser{Name: "alice", Groups: []string{"team-a"}})
+	e.kcp.AddUser("bob-token", framework.KcpUser{Name: "bob"})
+	grant(t, e.a, "alice", "mounts-editor", mountsEditor...)
+	grant(t, e.a, "bob", "mounts-editor", mountsEditor...)
+	grant(t, e.a, "alice", "workspace-reader", rbacv1.PolicyRule{APIGroups: []string{"tenancy.kcp.io"}, Resources: []string{"workspaces"}, Verbs: []string{"get"}})
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, tctx := ktesting.NewTestContext(t)
+	s, err := framework.StartServer(tctx, t.TempDir(), listener, func(o *options.Options) {
+		if err := e.kcp.Configure(o); err != nil {
+			t.Fatal(err)
+		}
+		o.ExternalBaseURL = "https://" + listener.Addr().String() + framework.KcpMountsMapping
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Stop() })
+	if err := e.kcp.ServeMounts(s.URL, s.CAData); err != nil {
+		t.Fatal(err)
+	}
+	e.server = s
+	e.remoteSecretOfAlice(t)
+	e.mustKubectl(t, "alice-token", "root:ws-a", "create", "-f", writeFile(t, "prod.yaml", "apiVersion: mounts.kcp.io/v1alpha1\nkind: Mount\nmetadata: {name: prod}\nspec: {type: URL, ref: {namespace: clusters, name: remote}}\n"))
+	mounts := mountsIn(t, s.Config, kcpClusterA)
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		m, err := mounts.Get(ctx, "prod", metav1.GetOptions{})
+		return err == nil && m.Status.Phase == v1alpha1.MountPhaseReady, nil
+	}); err != nil {
+		t.Fatal("the mount never became Ready")
+	}
+	e.kcp.AddMountedWorkspace("root:ws-a:prod", "8b8b8b8b", kcpClusterA, "prod")
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return e.kcp.WorkspacePhase("root:ws-a:prod") == "Ready", nil
+	}); err != nil {
+		t.Fatalf("the mounted workspace is %s", e.kcp.WorkspacePhase("root:ws-a:prod"))
+	}
+
+	before := len(e.kcp.Forwarded())
+	if out := e.mustKubectl(t, "alice-token", "root:ws-a:prod", "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"); out != "alice" {
+		t.Errorf("through the mounted workspace alice is %q at the target", out)
+	}
+	var sent *framework.KcpForwarded
+	for _, f := range e.kcp.Forwarded()[before:] {
+		if f.Cert == framework.KcpMountProxyClientName {
+			sent = &f
+		}
+	}
+	if sent == nil {
+		t.Fatalf("nothing reached mount-apiserver with the mount-proxy certificate: %+v", e.kcp.Forwarded()[before:])
+	}
+	if sent.Header.Get("X-Remote-User") != "alice" || sent.Header.Get("Authorization") != "" || sent.Header.Get("X-Remote-Uid") != "" || sent.Header.Get("X-Kcp-Mount-Hops") != "1" {
+		t.Errorf("the mount proxy sent %v", sent.Header)
+	}
+	const path = "/clusters/root:ws-a:prod/api"
+	if code, body := anonymousAt(t, e.kcp, path, http.Header{"X-Remote-User": {"alice"}}); code != http.StatusUnauthorized {
+		t.Errorf("an anonymous caller claiming alice: %d %.200s", code, body)
+	}
+	if code, body := kcpRaw(t, e.kcp, "bob-token", http.MethodGet, path, nil, nil); code != http.StatusForbidden {
+		t.Errorf("bob, who may not get the Workspace: %d %.200s", code, body)
+	}
+	if code, body := kcpRaw(t, e.kcp, "alice-token", http.MethodGet, path, nil, http.Header{"Impersonate-User": {"bob"}}); code != http.StatusForbidden {
+		t.Errorf("impersonation in a mounted workspace: %d %.200s", code, body)
+	}
+	if code, body := kcpRaw(t, e.kcp, "alice-token", http.MethodGet, path, nil, http.Header{"X-Kcp-Mount-Hops": {"3"}}); code != http.StatusLoopDetected {
+		t.Errorf("a 4th hop: %d %.200s", code, body)
 	}
 }
