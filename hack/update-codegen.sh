@@ -48,5 +48,7 @@ kube::codegen::gen_client \
     "${REPO_ROOT}/pkg/apis"
 
 # The kcp bundle: the APIResourceSchema of Mounts from the OpenAPI generated above (named by a
-# hash of its content, since kcp refuses changes to a schema) and the APIExports that name it.
+# hash of its content, since kcp refuses changes to a schema; with the server's short names,
+# which kcp serves from the schema) and the APIExports that name it. artifacts/kcp-main, the
+# bundle for kcp main, is an overlay of artifacts/kcp and takes both from there.
 go run ./hack/tools/kcp-artifacts --output-dir "${REPO_ROOT}/artifacts/kcp"

@@ -212,3 +212,32 @@ func TestKcpHarnessIsStrict(t *testing.T) {
 		}
 	})
 }
+
+// TestKcpDirectCallerIsAuthenticated: a caller who reaches mount-apiserver directly with a
+// client certificate of its CA (not through kcp) is authorized in a logical cluster by
+// kcp's RBAC, through access reviews the server sends to kcp. kcp evaluates them with exactly
+// the groups sent (the harness does, as real kcp v0.32.3 did), so the review must carry
+// system:authenticated, as a Kubernetes authenticator would give it: a workspace that grants
+// "access" and reading Mounts to all authenticated users lets this caller list Mounts
+// (issue #28, bug 1: without the group, "Forbidden: unknown").
+func TestKcpDirectCallerIsAuthenticated(t *testing.T) {
+	ctx := context.Background()
+	k := framework.StartKcp(t, framework.KcpV0323)
+	a := startKubes(t, 1)[0]
+	k.AddWorkspace("root:ws-a", kcpClusterA, a, true)
+	applyArtifacts(t, a, "consumer")
+	// mounts-view (with access) for every authenticated user of ws-a.
+	if _, err := a.Client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "authenticated-view"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "mounts-view"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:authenticated"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s := startKcpServer(t, k, apiOnly)
+	cfg, err := pkiUserKubeconfig(t, s, "edith")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mountsIn(t, cfg, kcpClusterA).List(ctx, metav1.ListOptions{}); err != nil {
+		t.Errorf("a direct caller, whom ws-a lets read Mounts as an authenticated user: %v", err)
+	}
+}
