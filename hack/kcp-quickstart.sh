@@ -211,7 +211,9 @@ kubectl config use-context prod --kubeconfig=prod.kubeconfig
 ALICE="kubectl --kubeconfig=alice.kubeconfig --server=$KCP/clusters/root:team"
 $ALICE create namespace clusters
 $ALICE -n clusters create secret generic prod --from-file=kubeconfig=prod.kubeconfig
-$ALICE apply -f - <<EOF
+# kcp v0.32.3 forwards without naming the caller: a Mount that reads a Secret is created
+# through the front-proxy's mapping, which names her (kcp main names her either way).
+kubectl --kubeconfig=alice.kubeconfig --server="$KCP/services/mounts/clusters/$TEAM" apply -f - <<EOF
 apiVersion: mounts.kcp.io/v1alpha1
 kind: Mount
 metadata:

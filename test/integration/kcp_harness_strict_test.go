@@ -43,7 +43,7 @@ func TestKcpHarnessIsStrict(t *testing.T) {
 		if out, err := e.kubectl(t, "alice-token", "root:ws-a", "get", "mounts"); err == nil || !strings.Contains(out, "Forbidden") {
 			t.Errorf("alice listed mounts without access to the workspace: %v\n%s", err, out)
 		}
-		out, err := e.kubectl(t, "alice-token", "root:ws-a", "get", "--raw", "/apis/mounts.kcp.io/v1alpha1/mounts")
+		out, err := e.kubectl(t, "alice-token", "", "get", "--raw", "/clusters/root:ws-a/apis/mounts.kcp.io/v1alpha1/mounts")
 		if err == nil || !strings.Contains(out, `User \"alice\" cannot list resource \"mounts\"`) || !strings.Contains(out, "access denied") {
 			t.Errorf("alice listed mounts without access to the workspace: %v\n%s", err, out)
 		}
@@ -128,7 +128,7 @@ func TestKcpHarnessIsStrict(t *testing.T) {
 		// A new binding answers 404 for a while, then serves.
 		k.SetBound(false, kcpClusterA)
 		k.SetBound(true, kcpClusterA)
-		if out, err := e.kubectl(t, "alice-token", "root:ws-a", "get", "--raw", "/apis/mounts.kcp.io/v1alpha1/mounts"); err == nil || !strings.Contains(out, "NotFound") {
+		if out, err := e.kubectl(t, "alice-token", "", "get", "--raw", "/clusters/root:ws-a/apis/mounts.kcp.io/v1alpha1/mounts"); err == nil || !strings.Contains(out, "NotFound") {
 			t.Errorf("mounts right after the binding: %v\n%s", err, out)
 		}
 		if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
