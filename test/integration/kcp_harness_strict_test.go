@@ -44,7 +44,7 @@ func TestKcpHarnessIsStrict(t *testing.T) {
 			t.Errorf("alice listed mounts without access to the workspace: %v\n%s", err, out)
 		}
 		out, err := e.kubectl(t, "alice-token", "", "get", "--raw", "/clusters/root:ws-a/apis/mounts.kcp.io/v1alpha1/mounts")
-		if err == nil || !strings.Contains(out, `User \"alice\" cannot list resource \"mounts\"`) || !strings.Contains(out, "access denied") {
+		if err == nil || !strings.Contains(out, `User "alice" cannot list resource "mounts"`) || !strings.Contains(out, "access denied") {
 			t.Errorf("alice listed mounts without access to the workspace: %v\n%s", err, out)
 		}
 		grant(t, a, "alice", "access", kcpAccess)
