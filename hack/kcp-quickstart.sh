@@ -41,9 +41,8 @@ wait_for() { # wait_for <seconds> <command...>
 }
 
 # 1. Before kcp starts: certificates and users.
+mount-apiserver ca --root-directory mounts > mount-apiserver-ca.crt
 mkdir -p certs
-mount-apiserver --root-directory mounts --secure-port 64430 & pid=$!
-until [ -s mounts/pki/ca.crt ]; do sleep 1; done; kill $pid; wait $pid || true
 openssl req -x509 -newkey rsa:2048 -nodes -days 365 -subj /CN=kcp-shard-client-ca \
   -keyout certs/shard-client-ca.key -out certs/shard-client-ca.crt
 openssl req -newkey rsa:2048 -nodes -subj /CN=kcp-shard -keyout certs/shard-client.key -out certs/shard-client.csr
@@ -65,7 +64,7 @@ kcp start --root-directory .kcp \
   --feature-gates=WorkspaceMounts=true,CacheAPIs=true \
   --token-auth-file=tokens.csv \
   --shard-client-cert-file=certs/shard-client.crt --shard-client-key-file=certs/shard-client.key \
-  --shard-virtual-workspace-ca-file=mounts/pki/ca.crt \
+  --shard-virtual-workspace-ca-file=mount-apiserver-ca.crt \
   --shard-virtual-workspace-url=https://127.0.0.1:6443 \
   --requestheader-client-ca-file=certs/front-proxy-ca.crt \
   --requestheader-username-headers=X-Remote-User --requestheader-group-headers=X-Remote-Group \
@@ -75,7 +74,7 @@ wait_for 120 kubectl --kubeconfig .kcp/admin.kubeconfig get --raw /readyz
 cat > mapping.yaml <<'EOF'
 - path: /services/mounts
   backend: https://127.0.0.1:64430
-  backend_server_ca: mounts/pki/ca.crt
+  backend_server_ca: mount-apiserver-ca.crt
   proxy_client_cert: certs/front-proxy-client.crt
   proxy_client_key: certs/front-proxy-client.key
 - path: /services/

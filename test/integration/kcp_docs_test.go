@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
-	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/cmd/server/options"
@@ -87,7 +86,8 @@ func listenExtending(t *testing.T) (shard, extended net.Listener) {
 // the harness refuses what real kcp refuses: "access", access reviews through kcp's chain,
 // the provider's rights, the WorkspaceMounts gate, the binding window, the endpoint slice's
 // rules, discovery names from the schema). In a temporary directory, never in the
-// repository: the blocks marked run are one bash script; the users of the token file block are
+// repository: the block marked ca runs first with the real mount-apiserver binary (the CA kcp
+// is started with); the blocks marked run are one bash script; the users of the token file block are
 // the harness's users; the server's block starts nothing but hands its arguments to the
 // test, which starts mount-apiserver in process with exactly those flags (its port is the one
 // that extends the harness's, as 64430 extends 6443 in the docs). What the page leaves to kcp
@@ -100,6 +100,10 @@ func TestKcpDocsSteps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	binary, err := framework.BuildMountAPIServer()
+	if err != nil {
+		t.Fatal(err)
+	}
 	page := filepath.Join(framework.RepoRoot(), "docs", "kcp.md")
 	blocks := docBlocks(t, page)
 	dir := t.TempDir()
@@ -108,22 +112,24 @@ func TestKcpDocsSteps(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Step 1 of the page: the server's PKI from a first start without kcp mode.
-	first, err := net.Listen("tcp", "127.0.0.1:0")
+	// Step 1 of the page, run with the real binary: the server's PKI and its CA, before kcp.
+	path := filepath.Dir(binary) + string(os.PathListSeparator) + bin + string(os.PathListSeparator) + os.Getenv("PATH")
+	var caBlock string
+	for _, b := range blocks {
+		if b.mark == "ca" {
+			caBlock = b.body
+		}
+	}
+	ca := exec.Command("bash", "-c", "set -euo pipefail\n"+caBlock)
+	ca.Env = append(os.Environ(), "PATH="+path)
+	if out, err := ca.CombinedOutput(); caBlock == "" || err != nil {
+		t.Fatalf("docs/kcp.md's ca block %q: %v\n%s", caBlock, err, out)
+	}
+	serverCA, err := os.ReadFile("mount-apiserver-ca.crt")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := framework.StartServer(klog.NewContext(context.Background(), klog.Background()), filepath.Join(dir, "mounts"), first, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Its shutdown may wait out its graceful period; nothing below needs it gone.
-	go func() { _ = s.Stop() }()
 	_, ctx := ktesting.NewTestContext(t)
-	serverCA, err := os.ReadFile(filepath.Join("mounts", "pki", "ca.crt"))
-	if err != nil {
-		t.Fatal(err)
-	}
 
 	shardListener, serverListener := listenExtending(t)
 	k := framework.StartKcpWith(t, framework.KcpOptions{
@@ -145,15 +151,18 @@ func TestKcpDocsSteps(t *testing.T) {
 	}
 
 	var script strings.Builder
-	script.WriteString("set -euo pipefail\nmount-apiserver() { printf '%s\\n' \"$@\" > server.args.tmp; mv server.args.tmp server.args; }\n")
+	script.WriteString("set -euo pipefail\n")
 	var tokens, server bool
 	for _, b := range blocks {
 		switch b.mark {
 		case "tokens":
 			tokens = true
 			addDocUsers(t, k, b.body)
+		case "ca":
 		case "server":
 			server = true
+			// The server's command hands its arguments to the test.
+			script.WriteString("mount-apiserver() { printf '%s\\n' \"$@\" > server.args.tmp; mv server.args.tmp server.args; }\n")
 			script.WriteString(b.body)
 		case "run":
 			script.WriteString(b.body)
@@ -201,7 +210,7 @@ func TestKcpDocsSteps(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(runCtx, "bash", "-c", script.String())
 	cmd.Env = append(os.Environ(),
-		"PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"PATH="+path,
 		"KCP="+k.URL, "KUBECONFIG="+admin, "BUNDLE=artifacts/kcp",
 		"MOUNTS=https://"+serverListener.Addr().String(),
 	)
