@@ -59,7 +59,7 @@ func agentMount(name string, uid types.UID) *mounts.Mount {
 // caller's credentials; its probe impersonates the anonymous user; a mount without an agent
 // answers 503 with Retry-After naming the mount, for plain and upgrade requests alike.
 func TestAgentCredentialsTunnel(t *testing.T) {
-	sessions := tunnel.NewSessions(nil)
+	sessions := tunnel.NewSessions(nil, tunnel.Limits{})
 	t.Cleanup(sessions.CloseAll)
 	m := agentMount("edge", "uid-edge")
 	hub := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {

@@ -18,6 +18,7 @@ type Metrics struct {
 	dials       *metrics.CounterVec
 	dialLatency *metrics.HistogramVec
 	bytes       *metrics.CounterVec
+	violations  *metrics.CounterVec
 }
 
 var (
@@ -50,6 +51,8 @@ func NewMetrics() *Metrics {
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 5}}, []string{"mount"}),
 		bytes: metrics.NewCounterVec(&metrics.CounterOpts{Namespace: ns, Subsystem: sub, Name: "bytes_total",
 			Help: "Bytes carried through tunnels, by mount and direction (sent, received) as seen by this process.", StabilityLevel: metrics.ALPHA}, []string{"mount", "direction"}),
+		violations: metrics.NewCounterVec(&metrics.CounterOpts{Namespace: ns, Subsystem: sub, Name: "session_violations_total",
+			Help: "Agent sessions the hub closed because the agent broke a bound of the tunnel, by mount and reason (message_type, message_size, connection_buffer, session_buffer, framing).", StabilityLevel: metrics.ALPHA}, []string{"mount", "reason"}),
 	}
 }
 
@@ -59,7 +62,7 @@ func (m *Metrics) Register(r metrics.KubeRegistry) {
 }
 
 func (m *Metrics) collectors() []metrics.Registerable {
-	return []metrics.Registerable{m.sessions, m.attaches, m.dials, m.dialLatency, m.bytes}
+	return []metrics.Registerable{m.sessions, m.attaches, m.dials, m.dialLatency, m.bytes, m.violations}
 }
 
 // SessionStarted records an established session of mount.
@@ -90,6 +93,14 @@ func (m *Metrics) Dialed(mount, result string, took time.Duration) {
 	}
 }
 
+// Violated records a session of mount closed for breaking a bound (reason: Violation*).
+func (m *Metrics) Violated(mount, reason string) {
+	if m == nil {
+		return
+	}
+	m.violations.WithLabelValues(mount, reason).Inc()
+}
+
 // Forget deletes the series of a deleted mount.
 func (m *Metrics) Forget(mount string) {
 	if m == nil {
@@ -102,6 +113,7 @@ func (m *Metrics) Forget(mount string) {
 		m.dials.DeletePartialMatch(labels)
 		m.dialLatency.DeletePartialMatch(labels)
 		m.bytes.DeletePartialMatch(labels)
+		m.violations.DeletePartialMatch(labels)
 	}
 	// The gauge stays while a session is up; a session of a deleted mount is closed, which
 	// takes it to zero.

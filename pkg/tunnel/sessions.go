@@ -62,6 +62,7 @@ type Event struct {
 type Sessions struct {
 	server  *remotedialer.Server
 	metrics *Metrics
+	limits  Limits
 
 	mu       sync.Mutex
 	byKey    map[string]*session
@@ -76,6 +77,7 @@ type session struct {
 	mount     Mount
 	clientKey string
 	since     time.Time
+	flow      *flow
 
 	mu     sync.Mutex
 	conn   net.Conn // the hijacked connection, once the WebSocket is up
@@ -118,9 +120,10 @@ func (s *session) hijacked(conn net.Conn) {
 
 type clientKeyContextKey struct{}
 
-// NewSessions returns an empty set of sessions recording into metrics (nil: none).
-func NewSessions(metrics *Metrics) *Sessions {
-	s := &Sessions{metrics: metrics, byKey: map[string]*session{}}
+// NewSessions returns an empty set of sessions recording into metrics (nil: none), each
+// session bounded by limits (zero fields take their defaults).
+func NewSessions(metrics *Metrics, limits Limits) *Sessions {
+	s := &Sessions{metrics: metrics, limits: limits.withDefaults(), byKey: map[string]*session{}}
 	// No peer is ever added to the server: remotedialer's peering (a static token, TLS
 	// verification off) stays unused, so its peer headers authenticate nobody. Replicas
 	// reach each other's sessions through pkg/tunnel/peers instead.
@@ -157,7 +160,7 @@ func (s *Sessions) Serve(ctx context.Context, w http.ResponseWriter, req *http.R
 	key := mount.Key()
 	s.mu.Lock()
 	s.seq++
-	sess := &session{mount: mount, clientKey: key + "#" + strconv.FormatUint(s.seq, 10)}
+	sess := &session{mount: mount, clientKey: key + "#" + strconv.FormatUint(s.seq, 10), flow: newFlow(s.limits)}
 	s.mu.Unlock()
 	stop := context.AfterFunc(ctx, sess.close)
 	defer stop()
@@ -184,6 +187,12 @@ func (s *Sessions) Serve(ctx context.Context, w http.ResponseWriter, req *http.R
 	sess.close()
 	if !attached {
 		return
+	}
+	if v := sess.flow.failed(); v != nil {
+		// One line per session: the agent is a tenant breaking the bounds, not an error of
+		// the hub's.
+		logger.Info("Closed an agent session: the agent broke a bound of the tunnel", "reason", v.reason, "detail", v.Error())
+		s.metrics.Violated(mount.Label(), v.reason)
 	}
 
 	s.mu.Lock()
@@ -228,7 +237,14 @@ func (s *Sessions) DialContext(ctx context.Context, key, address string) (net.Co
 		}
 	}
 	start := time.Now()
-	conn, err := s.server.Dialer(sess.clientKey)(ctx, "tcp", address)
+	if _, ok := ctx.Deadline(); !ok {
+		// remotedialer writes the Connect in the dial's own goroutine only with a deadline
+		// (otherwise it may write it after giving up); its own default is a minute.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+	}
+	conn, err := sess.flow.dial(func() (net.Conn, error) { return s.server.Dialer(sess.clientKey)(ctx, "tcp", address) })
 	if err != nil {
 		s.metrics.Dialed(label, DialError, time.Since(start))
 		return nil, fmt.Errorf("dialing through the agent's tunnel: %w", err)
@@ -303,7 +319,9 @@ func (h *hijackRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	}
 	h.session.hijacked(conn)
 	h.hijacked()
-	return conn, rw, nil
+	// remotedialer reads and writes the WebSocket through the session's guard (bounds.go).
+	g, grw := guard(conn, rw, h.session.flow)
+	return g, grw, nil
 }
 
 func (h *hijackRecorder) Unwrap() http.ResponseWriter { return h.ResponseWriter }

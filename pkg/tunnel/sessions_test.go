@@ -45,12 +45,17 @@ type hub struct {
 
 func newHub(t *testing.T, m *metrics.KubeRegistry, interval time.Duration) *hub {
 	t.Helper()
+	return newHubWith(t, m, interval, tunnel.Limits{})
+}
+
+func newHubWith(t *testing.T, m *metrics.KubeRegistry, interval time.Duration, limits tunnel.Limits) *hub {
+	t.Helper()
 	tm := tunnel.NewMetrics()
 	if m != nil {
 		tm.Register(*m)
 	}
 	h := &hub{
-		sessions: tunnel.NewSessions(tm),
+		sessions: tunnel.NewSessions(tm, limits),
 		mount:    &mounts.Mount{ObjectMeta: metav1.ObjectMeta{Name: "edge", UID: "uid-1"}, Spec: mounts.MountSpec{Tunnel: &mounts.MountTunnel{Credentials: mounts.TunnelCredentialsServer}}},
 		agent:    &user.DefaultInfo{Name: "system:serviceaccount:edge:agent"},
 		allow:    true,
@@ -279,7 +284,7 @@ func TestRevokedAgentIsClosed(t *testing.T) {
 // TestAttachNeedsTunnelAndPermission: the attach handler refuses mounts without spec.tunnel
 // and agents without "create" on mounts/attach for the name, before any upgrade.
 func TestAttachNeedsTunnelAndPermission(t *testing.T) {
-	sessions := tunnel.NewSessions(nil)
+	sessions := tunnel.NewSessions(nil, tunnel.Limits{})
 	deny := authorizer.AuthorizerFunc(func(context.Context, authorizer.Attributes) (authorizer.Decision, string, error) {
 		return authorizer.DecisionDeny, "no", nil
 	})

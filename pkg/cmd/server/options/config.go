@@ -144,7 +144,7 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 		// Mounts of one target share a probe result for a third of the probe interval.
 		Probes: &proxy.ProbeCache{TTL: o.StatusProbeInterval / 3},
 	}
-	sessions := tunnel.NewSessions(tunnel.DefaultMetrics())
+	sessions := tunnel.NewSessions(tunnel.DefaultMetrics(), o.Tunnel.Limits())
 	cfg.Extra.Proxier.Tunnels = sessions
 	cfg.Extra.Tunnel = mountapiserver.TunnelConfig{Sessions: sessions, AuthorizationInterval: o.Tunnel.AuthorizationInterval, ReplicaName: o.Tunnel.ReplicaName}
 	if err := o.applyKcpWorkspaces(cfg.Extra.Proxier); err != nil {

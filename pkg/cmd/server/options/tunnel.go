@@ -2,6 +2,7 @@ package options
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"time"
@@ -17,11 +18,16 @@ type TunnelOptions struct {
 	AuthorizationInterval time.Duration
 	// ReplicaName names this replica in the AgentConnected condition; empty is the host name.
 	ReplicaName string
+	// ConnectionBufferBytes and SessionBufferBytes bound what an agent makes the server hold
+	// (tunnel.Limits).
+	ConnectionBufferBytes int64
+	SessionBufferBytes    int64
 }
 
 // NewTunnelOptions returns the defaults.
 func NewTunnelOptions() TunnelOptions {
-	return TunnelOptions{AuthorizationInterval: tunnel.DefaultAuthorizationInterval}
+	return TunnelOptions{AuthorizationInterval: tunnel.DefaultAuthorizationInterval,
+		ConnectionBufferBytes: tunnel.DefaultConnectionBuffer, SessionBufferBytes: tunnel.DefaultSessionBuffer}
 }
 
 // AddFlags adds the tunnel flags to fs.
@@ -30,6 +36,15 @@ func (o *TunnelOptions) AddFlags(fs *pflag.FlagSet) {
 		"How often the server checks again that an attached agent may still attach (verb create on mounts/attach for its mount); a revoked permission closes the session.")
 	fs.StringVar(&o.ReplicaName, "tunnel-replica-name", o.ReplicaName,
 		"Name of this replica in a mount's AgentConnected condition. Defaults to the host name (the pod name in a Deployment).")
+	fs.Int64Var(&o.ConnectionBufferBytes, "tunnel-connection-buffer-bytes", o.ConnectionBufferBytes,
+		"Bytes an agent may send on one tunnel connection that the server has not read yet (it asks the agent to pause at 2 MiB); an agent past it has its session closed. Raise it for links whose bandwidth-delay product is larger than about 14 MiB.")
+	fs.Int64Var(&o.SessionBufferBytes, "tunnel-session-buffer-bytes", o.SessionBufferBytes,
+		"Bytes an agent may send over all connections of its session that the server has not read yet; an agent past it has its session closed. Bounds the memory one agent can take on this server.")
+}
+
+// Limits are the bounds of each agent's session.
+func (o *TunnelOptions) Limits() tunnel.Limits {
+	return tunnel.Limits{ConnectionBuffer: o.ConnectionBufferBytes, SessionBuffer: o.SessionBufferBytes}
 }
 
 // Complete fills in the replica name.
@@ -45,6 +60,11 @@ func (o *TunnelOptions) Validate() []error {
 	var errs []error
 	if o.AuthorizationInterval < time.Second {
 		errs = append(errs, errors.New("--tunnel-authorization-interval must be at least 1s"))
+	}
+	if o.ConnectionBufferBytes <= 0 || o.SessionBufferBytes <= 0 {
+		errs = append(errs, errors.New("--tunnel-connection-buffer-bytes and --tunnel-session-buffer-bytes must be positive"))
+	} else if err := o.Limits().Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("--tunnel-connection-buffer-bytes, --tunnel-session-buffer-bytes: %w", err))
 	}
 	return errs
 }
