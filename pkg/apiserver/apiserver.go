@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/serializer"
@@ -110,7 +111,7 @@ func (c *Config) Close() {
 
 // New builds the server and installs the mounts.kcp.io API group.
 func (c CompletedConfig) New() (*Server, error) {
-	c.Generic.BuildHandlerChainFunc = checkCABundleEncoding(endLongRunningOnDrain(c.Generic.BuildHandlerChainFunc))
+	c.Generic.BuildHandlerChainFunc = keepAttachCredentials(checkCABundleEncoding(endLongRunningOnDrain(c.Generic.BuildHandlerChainFunc)))
 	tp := c.Extra.TunnelPeers
 	if tp != nil && (c.Extra.HostClient == nil || c.Extra.Tunnel.Sessions == nil) {
 		tp = nil
@@ -131,7 +132,8 @@ func (c CompletedConfig) New() (*Server, error) {
 	sessions := c.Extra.Tunnel.Sessions
 	var attach mountsregistry.AttachHandlerFunc
 	if sessions != nil {
-		attacher := &tunnel.Attacher{Sessions: sessions, Authorizer: c.Generic.Authorization.Authorizer, Interval: c.Extra.Tunnel.AuthorizationInterval}
+		attacher := &tunnel.Attacher{Sessions: sessions, Authorizer: c.Generic.Authorization.Authorizer,
+			Authenticator: c.Generic.Authentication.Authenticator, Interval: c.Extra.Tunnel.AuthorizationInterval}
 		attach = attacher.Handler
 	}
 	storage, err := mountsregistry.NewStorage(Scheme, c.Generic.RESTOptionsGetter, mountsregistry.StorageOptions{
@@ -264,6 +266,15 @@ func (c CompletedConfig) New() (*Server, error) {
 // forgetMount lets go of what this replica keeps for a deleted mount: the proxy's transports
 // and metrics, and the agent's session (a session is bound to the mount's UID, so a mount
 // deleted and created again needs a new attach).
+// keepAttachCredentials keeps what attach requests authenticate with, before the chain's
+// authentication filter removes it: the Attacher authenticates agents again while their
+// sessions last (tunnel.KeepAttachCredentials).
+func keepAttachCredentials(build func(http.Handler, *genericapiserver.Config) http.Handler) func(http.Handler, *genericapiserver.Config) http.Handler {
+	return func(apiHandler http.Handler, c *genericapiserver.Config) http.Handler {
+		return tunnel.KeepAttachCredentials(build(apiHandler, c))
+	}
+}
+
 func forgetMount(proxier *proxy.Proxier, sessions *tunnel.Sessions, cluster clusters.Name, name string, uid types.UID) {
 	proxier.Forget(cluster, name, uid)
 	if sessions != nil {

@@ -2,12 +2,14 @@ package tunnel
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/httpstream"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
@@ -17,7 +19,8 @@ import (
 	"github.com/kcp-dev/mount-apiserver/pkg/clusters"
 )
 
-// DefaultAuthorizationInterval is how often an attached agent's permission is checked again.
+// DefaultAuthorizationInterval is how often an attached agent's credentials and permission
+// are checked again.
 const DefaultAuthorizationInterval = time.Minute
 
 // Attacher serves mounts/<name>/attach: it admits an agent to serve a mount's tunnel.
@@ -26,8 +29,13 @@ type Attacher struct {
 	// Authorizer checks "create" on mounts/attach for the mount's name, on attach and every
 	// Interval while the session lasts. nil allows everything (tests without authorization).
 	Authorizer authorizer.Authorizer
-	// Interval is how often the agent's permission is checked again; 0 means
-	// DefaultAuthorizationInterval.
+	// Authenticator, if set, authenticates the agent's credentials (kept by
+	// KeepAttachCredentials) again every Interval while the session lasts; the fresh identity
+	// is the one authorized. It is the server's own authenticator: a token review's cache
+	// delays what it sees by the cache's TTL.
+	Authenticator authenticator.Request
+	// Interval is how often the agent's credentials and permission are checked again; 0
+	// means DefaultAuthorizationInterval.
 	Interval time.Duration
 }
 
@@ -47,6 +55,12 @@ func (a *Attacher) Handler(ctx context.Context, m *mounts.Mount) (http.Handler, 
 	if err := a.authorize(ctx, agent, m.Name); err != nil {
 		return nil, err
 	}
+	creds, ok := credentialsFrom(ctx)
+	if a.Authenticator != nil && !ok {
+		// Fail closed: a session that could not be authenticated again would outlive a
+		// revoked credential.
+		return nil, apierrors.NewInternalError(errors.New("the server kept no credentials of the attach request (KeepAttachCredentials is not in its handler chain)"))
+	}
 	mount := Mount{Cluster: clusters.From(ctx), Name: m.Name, UID: m.UID}
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if !httpstream.IsUpgradeRequest(req) {
@@ -56,15 +70,16 @@ func (a *Attacher) Handler(ctx context.Context, m *mounts.Mount) (http.Handler, 
 		}
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
-		go a.recheck(ctx, cancel, agent, mount)
+		go a.recheck(ctx, cancel, agent, creds, mount)
 		a.Sessions.Serve(ctx, w, req, mount)
 	}), nil
 }
 
-// recheck ends the session (cancel) once the agent may no longer attach to the mount. A
-// failing authorizer counts as a refusal: an agent keeps a session only while it is known
-// to be allowed, and reconnects (with a fresh check) when it is again.
-func (a *Attacher) recheck(ctx context.Context, cancel context.CancelFunc, agent user.Info, mount Mount) {
+// recheck ends the session (cancel) once the agent's credentials no longer authenticate it,
+// or it may no longer attach to the mount. A failing authenticator or authorizer counts as a
+// refusal: an agent keeps a session only while it is known to be allowed, and reconnects
+// (with a fresh check) when it is again.
+func (a *Attacher) recheck(ctx context.Context, cancel context.CancelFunc, agent user.Info, creds *Credentials, mount Mount) {
 	interval := a.Interval
 	if interval <= 0 {
 		interval = DefaultAuthorizationInterval
@@ -77,7 +92,15 @@ func (a *Attacher) recheck(ctx context.Context, cancel context.CancelFunc, agent
 			return
 		case <-ticker.C:
 		}
-		if err := a.authorize(ctx, agent, mount.Name); err != nil {
+		now := agent
+		var err error
+		if a.Authenticator != nil {
+			now, err = a.reauthenticate(ctx, creds, agent)
+		}
+		if err == nil {
+			err = a.authorize(ctx, now, mount.Name)
+		}
+		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
