@@ -14,6 +14,7 @@ import (
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
@@ -76,6 +77,9 @@ type TunnelConfig struct {
 	AuthorizationInterval time.Duration
 	// ReplicaName names this replica in the AgentConnected condition.
 	ReplicaName string
+	// ServiceAccounts, if set, are the host's, whose agents keep their sessions only while
+	// their ServiceAccount exists (tunnel.Attacher.ServiceAccounts).
+	ServiceAccounts corev1client.ServiceAccountsGetter
 }
 
 type completedConfig struct {
@@ -133,7 +137,8 @@ func (c CompletedConfig) New() (*Server, error) {
 	var attach mountsregistry.AttachHandlerFunc
 	if sessions != nil {
 		attacher := &tunnel.Attacher{Sessions: sessions, Authorizer: c.Generic.Authorization.Authorizer,
-			Authenticator: c.Generic.Authentication.Authenticator, Interval: c.Extra.Tunnel.AuthorizationInterval}
+			Authenticator: c.Generic.Authentication.Authenticator, ServiceAccounts: c.Extra.Tunnel.ServiceAccounts,
+			Interval: c.Extra.Tunnel.AuthorizationInterval}
 		attach = attacher.Handler
 	}
 	storage, err := mountsregistry.NewStorage(Scheme, c.Generic.RESTOptionsGetter, mountsregistry.StorageOptions{

@@ -8,11 +8,14 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
@@ -34,6 +37,13 @@ type Attacher struct {
 	// is the one authorized. It is the server's own authenticator: a token review's cache
 	// delays what it sees by the cache's TTL.
 	Authenticator authenticator.Request
+	// ServiceAccounts, if set, is the host's: an agent that is a ServiceAccount of the host
+	// keeps its session only while that ServiceAccount exists with the UID it authenticated
+	// with. An agent that attached through the host's aggregator is known here only by the
+	// aggregator's word (its token never reaches this server, so Authenticator sees the same
+	// front proxy each time): this is what ends its session when its ServiceAccount is
+	// deleted. A token's own expiry or deletion stays unseen on that path.
+	ServiceAccounts corev1client.ServiceAccountsGetter
 	// Interval is how often the agent's credentials and permission are checked again; 0
 	// means DefaultAuthorizationInterval.
 	Interval time.Duration
@@ -54,6 +64,9 @@ func (a *Attacher) Handler(ctx context.Context, m *mounts.Mount) (http.Handler, 
 	// traffic to the agent: it needs "create" on mounts/attach for this very name.
 	if err := a.authorize(ctx, agent, m.Name); err != nil {
 		return nil, err
+	}
+	if err := a.checkServiceAccount(ctx, agent); err != nil {
+		return nil, apierrors.NewForbidden(mounts.Resource("mounts/attach"), m.Name, err)
 	}
 	creds, ok := credentialsFrom(ctx)
 	if a.Authenticator != nil && !ok {
@@ -98,6 +111,9 @@ func (a *Attacher) recheck(ctx context.Context, cancel context.CancelFunc, agent
 			now, err = a.reauthenticate(ctx, creds, agent)
 		}
 		if err == nil {
+			err = a.checkServiceAccount(ctx, now)
+		}
+		if err == nil {
 			err = a.authorize(ctx, now, mount.Name)
 		}
 		if err != nil {
@@ -109,6 +125,28 @@ func (a *Attacher) recheck(ctx context.Context, cancel context.CancelFunc, agent
 			return
 		}
 	}
+}
+
+// checkServiceAccount checks that agent, if a ServiceAccount of the host, still exists as the
+// one it authenticated as.
+func (a *Attacher) checkServiceAccount(ctx context.Context, agent user.Info) error {
+	if a.ServiceAccounts == nil {
+		return nil
+	}
+	namespace, name, err := serviceaccount.SplitUsername(agent.GetName())
+	if err != nil {
+		return nil // not a ServiceAccount
+	}
+	sa, err := a.ServiceAccounts.ServiceAccounts(namespace).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return fmt.Errorf("the agent's ServiceAccount %s/%s no longer exists", namespace, name)
+	case err != nil:
+		return fmt.Errorf("checking the agent's ServiceAccount %s/%s: %w", namespace, name, err)
+	case agent.GetUID() != "" && string(sa.UID) != agent.GetUID():
+		return fmt.Errorf("the agent's ServiceAccount %s/%s was deleted and created again", namespace, name)
+	}
+	return nil
 }
 
 func (a *Attacher) authorize(ctx context.Context, agent user.Info, name string) error {

@@ -198,6 +198,10 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 		if err := o.applyDelegated(cfg, ca); err != nil {
 			return nil, err
 		}
+		if !o.KcpMode {
+			// Agents that are the host's ServiceAccounts lose their sessions with them.
+			cfg.Extra.Tunnel.ServiceAccounts = cfg.Extra.HostClient.CoreV1()
+		}
 		secretsAuthz, err := lending.SecretReviews(cfg.Extra.HostClient.AuthorizationV1())
 		if err != nil {
 			return nil, err
