@@ -136,7 +136,9 @@ func (t *Transports) newAgentTarget(connectTimeout time.Duration, via func(ctx c
 		IdleConnTimeout:       90 * time.Second,
 		ExpectContinueTimeout: time.Second,
 	}
-	upgrade := &http.Transport{Proxy: nil, DialContext: dial, MaxIdleConnsPerHost: -1}
+	// The guard bounds the agent's answer to an upgrade in time and size, as a target's: an
+	// agent is a tenant.
+	upgrade := &http.Transport{Proxy: nil, DialContext: guardUpgradeDial(dial), MaxIdleConnsPerHost: -1}
 	return &Target{
 		Base:           &url.URL{Scheme: "http", Host: "agent"},
 		ConnectTimeout: connectTimeout,

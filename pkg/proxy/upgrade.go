@@ -2,8 +2,10 @@ package proxy
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -11,6 +13,16 @@ import (
 // TLS handshake, request and the answer's headers) of mounts without
 // spec.timeouts.requestSeconds: kube-apiserver's default request timeout.
 const DefaultUpgradeAnswerTimeout = time.Minute
+
+// MaxUpgradeAnswerBytes bounds what a target (or a tunnel's agent) may send before its answer to
+// an upgrade is in: the handshake and the answer's headers, as net/http's server bounds a
+// request's headers (DefaultMaxHeaderBytes). The upgrade-aware handler reads the answer's
+// headers with no bound of its own and keeps a copy of every byte: an answer whose headers
+// never end grew the server's memory at the link's speed until the answer's deadline.
+const MaxUpgradeAnswerBytes = 1 << 20
+
+// errUpgradeAnswerTooLarge ends an upgrade whose answer's headers passed MaxUpgradeAnswerBytes.
+var errUpgradeAnswerTooLarge = fmt.Errorf("the target's answer to the upgrade sent more than %d bytes before its headers ended", MaxUpgradeAnswerBytes)
 
 // upgradeGuard bounds an upgrade until its answer is in. The upgrade-aware handler dials the
 // target, handshakes and reads the answer without a deadline and without looking at the
@@ -24,6 +36,8 @@ type upgradeGuard struct {
 	mu       sync.Mutex
 	conns    []net.Conn
 	answered bool
+	// answeredFlag is answered, for reads that do not take mu.
+	answeredFlag atomic.Bool
 }
 
 type upgradeGuardKey struct{}
@@ -42,6 +56,7 @@ func guardUpgradeDial(dial func(ctx context.Context, network, addr string) (net.
 		}
 		if g, ok := ctx.Value(upgradeGuardKey{}).(*upgradeGuard); ok {
 			g.watch(ctx, conn)
+			return &answerBound{Conn: conn, guard: g}, nil
 		}
 		return conn, nil
 	}
@@ -64,6 +79,7 @@ func (g *upgradeGuard) hijacked() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.answered = true
+	g.answeredFlag.Store(true)
 	for _, c := range g.conns {
 		_ = c.SetDeadline(time.Time{})
 	}
@@ -75,4 +91,28 @@ func (g *upgradeGuard) timedOut() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return !g.answered && !time.Now().Before(g.deadline)
+}
+
+// answerBound is a connection dialed for a guarded upgrade: until the answer is in, at most
+// MaxUpgradeAnswerBytes may be read from it.
+type answerBound struct {
+	net.Conn
+	guard *upgradeGuard
+	read  int64
+}
+
+func (c *answerBound) Read(b []byte) (int, error) {
+	if c.guard.answeredFlag.Load() {
+		return c.Conn.Read(b)
+	}
+	if c.read >= MaxUpgradeAnswerBytes {
+		_ = c.Conn.Close()
+		return 0, errUpgradeAnswerTooLarge
+	}
+	if rest := MaxUpgradeAnswerBytes - c.read; int64(len(b)) > rest {
+		b = b[:rest]
+	}
+	n, err := c.Conn.Read(b)
+	c.read += int64(n)
+	return n, err
 }

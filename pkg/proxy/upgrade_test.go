@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"testing"
@@ -71,4 +72,57 @@ func TestUpgradeGuard(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn.Close()
+}
+
+// A target whose answer to an upgrade never ends its headers is cut off after
+// MaxUpgradeAnswerBytes; after the hijack, the session's bytes are not counted.
+func TestUpgradeAnswerBound(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				chunk := make([]byte, 64<<10)
+				for {
+					if _, err := c.Write(chunk); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	var d net.Dialer
+	dial := guardUpgradeDial(d.DialContext)
+	g := &upgradeGuard{deadline: time.Now().Add(time.Minute)}
+	conn, err := dial(withUpgradeGuard(context.Background(), g), "tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	n, err := io.Copy(io.Discard, conn)
+	if !errors.Is(err, errUpgradeAnswerTooLarge) || n != MaxUpgradeAnswerBytes {
+		t.Fatalf("read %d bytes before the answer, then %v; want %d and the bound's error", n, err, MaxUpgradeAnswerBytes)
+	}
+
+	g = &upgradeGuard{deadline: time.Now().Add(time.Minute)}
+	conn, err = dial(withUpgradeGuard(context.Background(), g), "tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.ReadFull(conn, make([]byte, 1000)); err != nil {
+		t.Fatal(err)
+	}
+	g.hijacked()
+	if n, err := io.CopyN(io.Discard, conn, 4*MaxUpgradeAnswerBytes); err != nil || n != 4*MaxUpgradeAnswerBytes {
+		t.Fatalf("after the hijack: %d bytes, %v", n, err)
+	}
 }

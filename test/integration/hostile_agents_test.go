@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
 	"github.com/kcp-dev/mount-apiserver/pkg/authorization"
@@ -153,7 +154,13 @@ func rssPeak(t *testing.T, scraper *framework.Scraper) (stop func() int64) {
 //     (--tunnel-connection-buffer-bytes), its RSS rises by less than 128 MiB (issue #23
 //     measured 92 -> 987 MiB without a bound);
 //   - sends 1,000,000 AddClient messages (peering, which remotedialer stores for any
-//     session): the session is closed at the first, RSS stays flat (issue #23: 90 -> 778 MiB).
+//     session): the session is closed at the first, RSS stays flat (issue #23: 90 -> 778 MiB);
+//   - answers a caller's exec (a WebSocket upgrade, which the hub sends to the agent's address
+//     in Agent-credential mode) with headers that never end (256 MiB): the caller gets a 502
+//     Status, the hub read at most 1 MiB of it (proxy.MaxUpgradeAnswerBytes), RSS stays flat;
+//     and with no answer at all: the caller gets 504 once the mount's requestSeconds (5 s)
+//     passed. Before, an Agent-credential mount's upgrades had neither bound: the hub kept a
+//     copy of every header byte, and waited for a silent agent as long as the caller did.
 //
 // Another mount's agent (the real mount-agent, a real kube-apiserver behind it) keeps its
 // session and serves throughout.
@@ -190,8 +197,10 @@ func TestHostileAgent(t *testing.T) {
 		Tunnel:   &v1alpha1.MountTunnel{},
 	}}
 	// hostile: the agent's own credentials (the hub sends plain HTTP to the agent).
+	// Its answers to upgrades must be in within 5 s.
 	hostile := &v1alpha1.Mount{ObjectMeta: metav1.ObjectMeta{Name: "hostile"}, Spec: v1alpha1.MountSpec{
-		Tunnel: &v1alpha1.MountTunnel{Credentials: v1alpha1.TunnelCredentialsAgent},
+		Tunnel:   &v1alpha1.MountTunnel{Credentials: v1alpha1.TunnelCredentialsAgent},
+		Timeouts: &v1alpha1.MountTimeouts{RequestSeconds: ptr.To[int32](5)},
 	}}
 	for _, m := range []*v1alpha1.Mount{honest, hostile} {
 		if _, err := mounts.Create(ctx, m, metav1.CreateOptions{}); err != nil {
@@ -302,6 +311,109 @@ func TestHostileAgent(t *testing.T) {
 		if !honestAgent.Ready() {
 			t.Error("the honest agent lost its session")
 		}
+	})
+
+	// upgrade sends a caller's exec through the hostile mount and returns the answer's code
+	// and body.
+	upgrade := func(t *testing.T) (int, string) {
+		t.Helper()
+		tlsConfig, err := rest.TLSConfigFor(p.Config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tlsConfig = tlsConfig.Clone()
+		tlsConfig.NextProtos = []string{"http/1.1"}
+		client := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConfig}, Timeout: 2 * time.Minute}
+		req, _ := http.NewRequest(http.MethodGet, p.URL+"/apis/mounts.kcp.io/v1alpha1/mounts/hostile/proxy/api/v1/namespaces/default/pods/app/exec?command=true&stdout=true", nil)
+		req.Header.Set("Connection", "Upgrade")
+		req.Header.Set("Upgrade", "websocket")
+		req.Header.Set("Sec-WebSocket-Version", "13")
+		req.Header.Set("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
+		req.Header.Set("Sec-WebSocket-Protocol", "v5.channel.k8s.io")
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		return resp.StatusCode, string(body)
+	}
+
+	t.Run("endless upgrade answer", func(t *testing.T) {
+		baseline, err := scraper.Figures()
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := attachHostileAgent(t, hostileHub, "hostile")
+		peak := rssPeak(t, scraper)
+		answered := make(chan string, 1)
+		go func() {
+			code, body := upgrade(t)
+			answered <- fmt.Sprintf("%d %s", code, body)
+		}()
+		var connID int64
+		select {
+		case connID = <-a.connects:
+		case <-time.After(time.Minute):
+			t.Fatal("the hub never dialed through the hostile session")
+		}
+		const size = 256 << 20
+		sent := 0
+		if err := a.send(connID, rdData, []byte("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nX-Endless: ")); err != nil {
+			t.Fatal(err)
+		}
+		chunk := bytes.Repeat([]byte("a"), 32<<10)
+		var answer string
+		for sent < size && answer == "" {
+			if err := a.send(connID, rdData, chunk); err != nil {
+				break
+			}
+			sent += len(chunk)
+			select {
+			case answer = <-answered:
+			default:
+			}
+		}
+		if answer == "" {
+			select {
+			case answer = <-answered:
+			case <-time.After(time.Minute):
+				t.Fatal("no answer to the caller")
+			}
+		}
+		rise := peak() - baseline.RSS
+		t.Logf("the agent sent %d MiB of one header line; the caller got %.120s; hub RSS %+.1f MiB", sent>>20, answer, float64(rise)/(1<<20))
+		if !strings.HasPrefix(answer, "502 ") || !strings.Contains(answer, `"kind":"Status"`) {
+			t.Errorf("the caller's answer: %.300s, want a 502 Status", answer)
+		}
+		if rise > 64<<20 {
+			t.Errorf("the hub's RSS rose by %.1f MiB", float64(rise)/(1<<20))
+		}
+	})
+
+	t.Run("silent upgrade answer", func(t *testing.T) {
+		a := attachHostileAgent(t, hostileHub, "hostile")
+		answered := make(chan string, 1)
+		go func() {
+			code, body := upgrade(t)
+			answered <- fmt.Sprintf("%d %s", code, body)
+		}()
+		select {
+		case <-a.connects:
+		case <-time.After(time.Minute):
+			t.Fatal("the hub never dialed through the hostile session")
+		}
+		// The agent says nothing.
+		var answer string
+		select {
+		case answer = <-answered:
+		case <-time.After(90 * time.Second):
+			t.Fatal("the caller got no answer in 90 s")
+		}
+		if !strings.HasPrefix(answer, "504 ") {
+			t.Errorf("the caller's answer: %.300s, want 504", answer)
+		}
+		honestServes("after the upgrades")
 	})
 
 	t.Run("peering messages", func(t *testing.T) {
