@@ -1,0 +1,105 @@
+package tunnel_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/authentication/user"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/client-go/rest"
+
+	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
+	"github.com/kcp-dev/mount-apiserver/pkg/clusters"
+	"github.com/kcp-dev/mount-apiserver/pkg/tunnel"
+	"github.com/kcp-dev/mount-apiserver/pkg/tunnel/agent"
+)
+
+// BenchmarkTunnelThroughput: bodies of 16 MiB from a target behind a real agent, read by the
+// hub through the session as fast as it can, one stream and four at once: what the guard
+// (bounds.go) costs the tunnel's throughput.
+func BenchmarkTunnelThroughput(b *testing.B) {
+	const size = 16 << 20
+	chunk := make([]byte, 32<<10)
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Length", fmt.Sprint(size))
+		for range size / len(chunk) {
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+		}
+	}))
+	defer target.Close()
+	sessions := tunnel.NewSessions(nil, tunnel.Limits{})
+	defer sessions.CloseAll()
+	m := &mounts.Mount{ObjectMeta: metav1.ObjectMeta{Name: "edge", UID: "uid-1"}, Spec: mounts.MountSpec{Tunnel: &mounts.MountTunnel{}}}
+	attacher := &tunnel.Attacher{Sessions: sessions}
+	hubServer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		ctx := genericapirequest.WithUser(req.Context(), &user.DefaultInfo{Name: "agent"})
+		handler, err := attacher.Handler(ctx, m)
+		if err != nil {
+			w.WriteHeader(http.StatusForbidden)
+			return
+		}
+		handler.ServeHTTP(w, req.WithContext(ctx))
+	}))
+	defer hubServer.Close()
+	url, _ := agent.AttachURL(hubServer.URL, "", "edge")
+	a, err := agent.New(&agent.Config{Hub: &rest.Config{Host: hubServer.URL}, AttachURL: url, Mount: "edge", Target: target.Listener.Addr().String(), MaxBackoff: time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = a.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	key := tunnel.SessionKey(clusters.DefaultCluster, m.UID)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, ok := sessions.Connected(key); ok && a.Connected() {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatal("no session")
+		}
+	}
+	fetch := func() error {
+		conn, err := sessions.DialContext(context.Background(), key, tunnel.AddressTarget)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		fmt.Fprintf(conn, "GET / HTTP/1.1\r\nHost: target\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			return err
+		}
+		n, err := io.Copy(io.Discard, resp.Body)
+		if err == nil && n != size {
+			err = fmt.Errorf("%d bytes", n)
+		}
+		return err
+	}
+	for _, streams := range []int{1, 4} {
+		b.Run(fmt.Sprintf("streams=%d", streams), func(b *testing.B) {
+			b.SetBytes(int64(size * streams))
+			for b.Loop() {
+				var wg sync.WaitGroup
+				for range streams {
+					wg.Go(func() {
+						if err := fetch(); err != nil {
+							b.Error(err)
+						}
+					})
+				}
+				wg.Wait()
+			}
+		})
+	}
+}
