@@ -14,7 +14,8 @@ import (
 
 // TunnelOptions configure the reverse tunnels of agents (mounts/<name>/attach, spec.tunnel).
 type TunnelOptions struct {
-	// AuthorizationInterval is how often an attached agent's permission is checked again.
+	// AuthorizationInterval is how often an attached agent's credentials and permission are
+	// checked again.
 	AuthorizationInterval time.Duration
 	// ReplicaName names this replica in the AgentConnected condition; empty is the host name.
 	ReplicaName string
@@ -33,7 +34,7 @@ func NewTunnelOptions() TunnelOptions {
 // AddFlags adds the tunnel flags to fs.
 func (o *TunnelOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.AuthorizationInterval, "tunnel-authorization-interval", o.AuthorizationInterval,
-		"How often the server checks again that an attached agent may still attach (verb create on mounts/attach for its mount); a revoked permission closes the session.")
+		"How often the server checks again that an attached agent's credentials still authenticate it (a token review's cache adds up to its TTL), that an agent which is a ServiceAccount of the host still has it, and that it may still attach (verb create on mounts/attach for its mount); anything revoked closes the session.")
 	fs.StringVar(&o.ReplicaName, "tunnel-replica-name", o.ReplicaName,
 		"Name of this replica in a mount's AgentConnected condition. Defaults to the host name (the pod name in a Deployment).")
 	fs.Int64Var(&o.ConnectionBufferBytes, "tunnel-connection-buffer-bytes", o.ConnectionBufferBytes,
