@@ -28,8 +28,11 @@ const (
 	// send, 6 MiB to receive) and on the link. On loopback an honest agent went past 5 MiB
 	// in 6 of 10 runs (TestHonestAgentStaysWithinBounds). The bound leaves 14 MiB for that.
 	DefaultConnectionBuffer = 16 << 20
-	// DefaultSessionBuffer bounds the unread bytes of all of a session's connections: e.g.
-	// 24 connections of stalled callers, each paused at 2 MiB, and in-flight bytes.
+	// DefaultSessionBuffer bounds the unread bytes of all of a session's connections. Past it
+	// the connection that receives more is dropped, not the session: callers who stop reading
+	// leave 2 MiB and more per connection with an honest agent, so a session-wide bound that
+	// closed the session would let them end everyone's use of the mount. 64 MiB: e.g. 24
+	// stalled connections, each paused at 2 MiB, with what was in flight.
 	DefaultSessionBuffer = 64 << 20
 	// MaxMessage bounds one WebSocket message of an agent. remotedialer's client sends a
 	// connection's bytes in messages of what one read of the target returned (32 KiB with
@@ -46,7 +49,8 @@ type Limits struct {
 	// ConnectionBuffer bounds the bytes received on one connection that the proxy has not
 	// read yet; 0 means DefaultConnectionBuffer.
 	ConnectionBuffer int64
-	// SessionBuffer bounds the sum of ConnectionBuffer's bytes over a session's connections;
+	// SessionBuffer bounds the unread bytes of a session's connections together: a connection
+	// that receives bytes past it is dropped (its proxied request fails), the session lives.
 	// 0 means DefaultSessionBuffer.
 	SessionBuffer int64
 }
@@ -78,7 +82,6 @@ const (
 	ViolationMessageType      = "message_type"
 	ViolationMessageSize      = "message_size"
 	ViolationConnectionBuffer = "connection_buffer"
-	ViolationSessionBuffer    = "session_buffer"
 	ViolationFraming          = "framing"
 )
 
@@ -102,9 +105,11 @@ type flow struct {
 	mu       sync.Mutex
 	conns    map[int64]*flowEntry
 	buffered int64 // over conns
-	dialing  bool
-	dialed   []int64 // connection IDs of the Connect messages written while dialing
-	err      *violation
+	// dropped is called for each connection dropped for the session's bound.
+	dropped func()
+	dialing bool
+	dialed  []int64 // connection IDs of the Connect messages written while dialing
+	err     *violation
 }
 
 // flowEntry is one connection the hub dialed.
@@ -116,6 +121,10 @@ type flowEntry struct {
 	closed bool
 	// released: the proxy closed it; its buffer is gone.
 	released bool
+	// conn is remotedialer's connection, once the dial returned it.
+	conn net.Conn
+	// drop: the session's bound dropped it (its dial fails if it has not returned yet).
+	drop bool
 }
 
 func newFlow(limits Limits) *flow {
@@ -172,6 +181,14 @@ func (f *flow) dial(fn func() (net.Conn, error)) (net.Conn, error) {
 		_ = conn.Close()
 		return nil, errors.New("the tunnel's connection was not seen on the wire")
 	}
+	if e.drop {
+		_ = conn.Close()
+		e.released = true
+		f.buffered -= e.buffered
+		delete(f.conns, id)
+		return nil, errSessionFull
+	}
+	e.conn = conn
 	return &boundedConn{Conn: conn, flow: f, entry: e}, nil
 }
 
@@ -199,22 +216,41 @@ func (f *flow) closed(id int64) {
 	}
 }
 
+// errSessionFull fails a connection dropped for its session's bound.
+var errSessionFull = errors.New("the agent's session holds as many unread bytes as it may (--tunnel-session-buffer-bytes): this connection was dropped")
+
 // received counts n bytes the agent sent for connection id, before remotedialer sees them.
+// Past the connection's bound the agent ignored Pause: the session ends. Past the session's
+// bound the connection is dropped.
 func (f *flow) received(id int64, n int) error {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	e := f.conns[id]
 	if e == nil || e.closed {
 		// remotedialer drops them (answering with an Error).
+		f.mu.Unlock()
 		return nil
 	}
 	e.buffered += int64(n)
 	f.buffered += int64(n)
 	if e.buffered > f.limits.ConnectionBuffer {
+		f.mu.Unlock()
 		return &violation{reason: ViolationConnectionBuffer, err: fmt.Errorf("the agent sent more than %d bytes on one connection that the hub had not read (remotedialer asks it to pause at 2 MiB)", f.limits.ConnectionBuffer)}
 	}
-	if f.buffered > f.limits.SessionBuffer {
-		return &violation{reason: ViolationSessionBuffer, err: fmt.Errorf("the agent sent more than %d bytes over its connections that the hub had not read (remotedialer asks it to pause each at 2 MiB)", f.limits.SessionBuffer)}
+	if f.buffered <= f.limits.SessionBuffer || e.drop {
+		f.mu.Unlock()
+		return nil
+	}
+	e.drop = true
+	conn, dropped := e.conn, f.dropped
+	f.mu.Unlock()
+	if conn != nil {
+		// Not here: remotedialer may be buffering this very message, holding the lock that
+		// closing the connection takes. Until remotedialer removed it, its bytes still count,
+		// and the connection's own bound still holds.
+		go func() { _ = conn.Close() }()
+	}
+	if dropped != nil {
+		dropped()
 	}
 	return nil
 }

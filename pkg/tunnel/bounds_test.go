@@ -160,15 +160,24 @@ func newBoundedHub(t *testing.T, limits tunnel.Limits) (*hub, metrics.KubeRegist
 
 func violations(t *testing.T, registry metrics.KubeRegistry, reason string) string {
 	t.Helper()
+	return counter(t, registry, "mount_tunnel_session_violations_total", reason)
+}
+
+// counter is the value of a counter (with the given reason label, if any).
+func counter(t *testing.T, registry metrics.KubeRegistry, name, reason string) string {
+	t.Helper()
 	families, err := registry.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range families {
-		if f.GetName() != "mount_tunnel_session_violations_total" {
+		if f.GetName() != name {
 			continue
 		}
 		for _, m := range f.GetMetric() {
+			if reason == "" {
+				return fmt.Sprint(m.GetCounter().GetValue())
+			}
 			for _, l := range m.GetLabel() {
 				if l.GetName() == "reason" && l.GetValue() == reason {
 					return fmt.Sprint(m.GetCounter().GetValue())
@@ -212,24 +221,36 @@ func TestAgentIgnoringPauseLosesItsSession(t *testing.T) {
 	t.Logf("the agent sent %d bytes before the hub closed its session; %d reached the proxy", sent, n)
 }
 
-// TestAgentSessionBound: connections each under their bound, together past the session's.
+// TestAgentSessionBound: connections each under their bound, together past the session's:
+// the connection that takes the session past it is dropped, the session and the other
+// connection live.
 func TestAgentSessionBound(t *testing.T) {
-	h, registry := newBoundedHub(t, tunnel.Limits{ConnectionBuffer: 4 << 20, SessionBuffer: 6 << 20})
+	h, registry := newBoundedHub(t, tunnel.Limits{ConnectionBuffer: 8 << 20, SessionBuffer: 6 << 20})
 	a := attachHostile(t, h)
+	var conns []io.ReadCloser
 	for i := 1; i <= 2; i++ {
 		conn, err := h.sessions.DialContext(context.Background(), h.key(), tunnel.AddressAgent)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer conn.Close()
-		id := a.connect(t, i)
-		if sent := a.flood(id, 3<<20+1); i == 2 && sent > 3<<20 && !a.isClosed() {
-			waitFor(t, "the session to close", a.isClosed)
-		}
+		conns = append(conns, conn)
+		a.flood(a.connect(t, i), 4<<20)
 	}
-	waitFor(t, "the session to close", func() bool { _, ok := h.sessions.Connected(h.key()); return !ok })
-	if got := violations(t, registry, tunnel.ViolationSessionBuffer); got != "1" {
-		t.Errorf("session_buffer violations: %s", got)
+	// Nothing is read until the hub has dropped one (the agent's bytes may still be on their
+	// way).
+	waitFor(t, "a dropped connection", func() bool {
+		return counter(t, registry, "mount_tunnel_connections_dropped_total", "") == "1"
+	})
+	if n, err := io.ReadFull(conns[0], make([]byte, 4<<20)); err != nil {
+		t.Fatalf("the first connection: %d bytes, %v", n, err)
+	}
+	n, _ := io.Copy(io.Discard, conns[1])
+	if n >= 4<<20 {
+		t.Errorf("the second connection was not dropped: %d bytes", n)
+	}
+	if _, ok := h.sessions.Connected(h.key()); !ok || a.isClosed() {
+		t.Fatal("the session was closed")
 	}
 }
 
@@ -264,8 +285,8 @@ func TestReadBytesMakeRoom(t *testing.T) {
 	if _, ok := h.sessions.Connected(h.key()); !ok || a.isClosed() {
 		t.Fatal("the session was closed")
 	}
-	if got := violations(t, registry, tunnel.ViolationSessionBuffer) + violations(t, registry, tunnel.ViolationConnectionBuffer); got != "00" {
-		t.Errorf("violations: %s", got)
+	if got := violations(t, registry, tunnel.ViolationConnectionBuffer) + counter(t, registry, "mount_tunnel_connections_dropped_total", ""); got != "00" {
+		t.Errorf("violations, dropped: %s", got)
 	}
 }
 
@@ -374,10 +395,67 @@ func TestHonestAgentStaysWithinBounds(t *testing.T) {
 	if _, ok := h.sessions.Connected(h.key()); !ok {
 		t.Fatal("the honest agent lost its session")
 	}
-	for _, reason := range []string{tunnel.ViolationConnectionBuffer, tunnel.ViolationSessionBuffer, tunnel.ViolationMessageSize, tunnel.ViolationMessageType, tunnel.ViolationFraming} {
+	for _, reason := range []string{tunnel.ViolationConnectionBuffer, tunnel.ViolationMessageSize, tunnel.ViolationMessageType, tunnel.ViolationFraming} {
 		if got := violations(t, registry, reason); got != "0" {
 			t.Errorf("%s violations of an honest agent: %s", reason, got)
 		}
+	}
+}
+
+// TestStalledCallersKeepTheSession: callers that stop reading cannot close an honest agent's
+// session: 48 connections whose bodies nobody reads fill up to their Pause (2 MiB and what was
+// in flight each, past the session's 64 MiB); the connections that went past the session's
+// bound are dropped (their requests fail), the session lives, the others' bodies arrive whole,
+// and a new request is served.
+func TestStalledCallersKeepTheSession(t *testing.T) {
+	const size, streams = 8 << 20, 48
+	body := bytes.Repeat([]byte("s"), 1<<20)
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Length", fmt.Sprint(size))
+		for range size / len(body) {
+			if _, err := w.Write(body); err != nil {
+				return
+			}
+		}
+	}))
+	t.Cleanup(target.Close)
+	h, registry := newBoundedHub(t, tunnel.Limits{})
+	a := startAgent(t, h, target.Listener.Addr().String(), nil)
+	waitFor(t, "the session", a.Connected)
+	var readers []*bufio.Reader
+	for range streams {
+		conn, err := h.sessions.DialContext(context.Background(), h.key(), tunnel.AddressTarget)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		fmt.Fprintf(conn, "GET / HTTP/1.1\r\nHost: target\r\n\r\n")
+		readers = append(readers, bufio.NewReader(conn))
+	}
+	time.Sleep(3 * time.Second) // the agent fills every connection up to its Pause
+	if _, ok := h.sessions.Connected(h.key()); !ok || !a.Connected() {
+		t.Fatal("stalled callers closed the honest agent's session")
+	}
+	whole := 0
+	for _, r := range readers {
+		resp, err := http.ReadResponse(r, nil)
+		if err != nil {
+			continue
+		}
+		if n, err := io.Copy(io.Discard, resp.Body); err == nil && n == size {
+			whole++
+		}
+	}
+	dropped := counter(t, registry, "mount_tunnel_connections_dropped_total", "")
+	t.Logf("%d of %d bodies whole, %s connections dropped", whole, streams, dropped)
+	if fmt.Sprint(streams-whole) != dropped || whole == 0 {
+		t.Errorf("%d bodies whole of %d, %s dropped", whole, streams, dropped)
+	}
+	if got := violations(t, registry, tunnel.ViolationConnectionBuffer); got != "0" {
+		t.Errorf("connection_buffer violations: %s", got)
+	}
+	if _, err := get(context.Background(), h, tunnel.AddressTarget, "/after"); err != nil {
+		t.Fatalf("a request after the stall: %v", err)
 	}
 }
 

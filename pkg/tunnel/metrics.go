@@ -19,6 +19,7 @@ type Metrics struct {
 	dialLatency *metrics.HistogramVec
 	bytes       *metrics.CounterVec
 	violations  *metrics.CounterVec
+	dropped     *metrics.CounterVec
 }
 
 var (
@@ -52,7 +53,9 @@ func NewMetrics() *Metrics {
 		bytes: metrics.NewCounterVec(&metrics.CounterOpts{Namespace: ns, Subsystem: sub, Name: "bytes_total",
 			Help: "Bytes carried through tunnels, by mount and direction (sent, received) as seen by this process.", StabilityLevel: metrics.ALPHA}, []string{"mount", "direction"}),
 		violations: metrics.NewCounterVec(&metrics.CounterOpts{Namespace: ns, Subsystem: sub, Name: "session_violations_total",
-			Help: "Agent sessions the hub closed because the agent broke a bound of the tunnel, by mount and reason (message_type, message_size, connection_buffer, session_buffer, framing).", StabilityLevel: metrics.ALPHA}, []string{"mount", "reason"}),
+			Help: "Agent sessions the hub closed because the agent broke a bound of the tunnel, by mount and reason (message_type, message_size, connection_buffer, framing).", StabilityLevel: metrics.ALPHA}, []string{"mount", "reason"}),
+		dropped: metrics.NewCounterVec(&metrics.CounterOpts{Namespace: ns, Subsystem: sub, Name: "connections_dropped_total",
+			Help: "Connections through tunnels the hub dropped because their session held as many unread bytes as it may (--tunnel-session-buffer-bytes), by mount.", StabilityLevel: metrics.ALPHA}, []string{"mount"}),
 	}
 }
 
@@ -62,7 +65,7 @@ func (m *Metrics) Register(r metrics.KubeRegistry) {
 }
 
 func (m *Metrics) collectors() []metrics.Registerable {
-	return []metrics.Registerable{m.sessions, m.attaches, m.dials, m.dialLatency, m.bytes, m.violations}
+	return []metrics.Registerable{m.sessions, m.attaches, m.dials, m.dialLatency, m.bytes, m.violations, m.dropped}
 }
 
 // SessionStarted records an established session of mount.
@@ -101,6 +104,14 @@ func (m *Metrics) Violated(mount, reason string) {
 	m.violations.WithLabelValues(mount, reason).Inc()
 }
 
+// Dropped records a connection of mount dropped for its session's bound.
+func (m *Metrics) Dropped(mount string) {
+	if m == nil {
+		return
+	}
+	m.dropped.WithLabelValues(mount).Inc()
+}
+
 // Forget deletes the series of a deleted mount.
 func (m *Metrics) Forget(mount string) {
 	if m == nil {
@@ -114,6 +125,7 @@ func (m *Metrics) Forget(mount string) {
 		m.dialLatency.DeletePartialMatch(labels)
 		m.bytes.DeletePartialMatch(labels)
 		m.violations.DeletePartialMatch(labels)
+		m.dropped.DeletePartialMatch(labels)
 	}
 	// The gauge stays while a session is up; a session of a deleted mount is closed, which
 	// takes it to zero.

@@ -162,6 +162,10 @@ func (s *Sessions) Serve(ctx context.Context, w http.ResponseWriter, req *http.R
 	s.seq++
 	sess := &session{mount: mount, clientKey: key + "#" + strconv.FormatUint(s.seq, 10), flow: newFlow(s.limits)}
 	s.mu.Unlock()
+	sess.flow.dropped = func() {
+		logger.V(2).Info("Dropped a tunnel connection: the agent's session holds as many unread bytes as it may")
+		s.metrics.Dropped(mount.Label())
+	}
 	stop := context.AfterFunc(ctx, sess.close)
 	defer stop()
 
