@@ -248,10 +248,22 @@ func impersonation(m *mounts.Mount, caller user.Info) (*transport.ImpersonationC
 			fmt.Errorf("mount %q impersonates callers and refuses to impersonate members of %s; use an identity outside %s, or a mount with identity mode %s",
 				m.Name, user.SystemPrivilegedGroup, user.SystemPrivilegedGroup, mounts.IdentityModeMountCredentials))
 	}
+	// Names Kubernetes reserves (system:serviceaccount:<ns>:<n>, system:node:<n>, their groups)
+	// are identities of the cluster that issued them: carried as they are, a hub tenant who
+	// may create a ServiceAccount in a namespace named like one on the target would act as
+	// the target's. Only a prefix makes them the hub's.
+	if id.UserPrefix == "" && strings.HasPrefix(caller.GetName(), reservedPrefix) {
+		return nil, apierrors.NewForbidden(mounts.Resource("mounts/proxy"), m.Name,
+			fmt.Errorf("mount %q impersonates callers without spec.identity.userPrefix and refuses to carry the reserved name %q to its target, where it would name the target's own identity; set spec.identity.userPrefix (and groupPrefix), or call as a user whose name does not start with %q", m.Name, caller.GetName(), reservedPrefix))
+	}
 	groups := make([]string, 0, len(caller.GetGroups()))
 	for _, g := range caller.GetGroups() {
 		if kcp.IsServerGroup(g) {
 			continue
+		}
+		if id.GroupPrefix == "" && strings.HasPrefix(g, reservedPrefix) && g != user.AllAuthenticated {
+			return nil, apierrors.NewForbidden(mounts.Resource("mounts/proxy"), m.Name,
+				fmt.Errorf("mount %q impersonates callers without spec.identity.groupPrefix and refuses to carry the reserved group %q to its target, where it would name the target's own group; set spec.identity.groupPrefix", m.Name, g))
 		}
 		groups = append(groups, id.GroupPrefix+g)
 	}
@@ -262,6 +274,9 @@ func impersonation(m *mounts.Mount, caller user.Info) (*transport.ImpersonationC
 		Extra:    caller.GetExtra(),
 	}, nil
 }
+
+// reservedPrefix starts the user and group names Kubernetes reserves for its own identities.
+const reservedPrefix = "system:"
 
 type requestHandler struct {
 	proxier *Proxier

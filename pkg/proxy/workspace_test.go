@@ -294,3 +294,27 @@ func isReason(reason string) func(error) bool {
 		return ok && c.Reason == reason
 	}
 }
+
+// TestImpersonationOfReservedNames: without prefixes, a caller named like one of Kubernetes'
+// own identities (a ServiceAccount, a node) or in one of its groups is refused: on the target
+// the name would be the target's own ServiceAccount or node. With prefixes it is the hub's.
+func TestImpersonationOfReservedNames(t *testing.T) {
+	m := &mounts.Mount{ObjectMeta: metav1.ObjectMeta{Name: "m"}, Spec: mounts.MountSpec{Identity: mounts.MountIdentity{Mode: mounts.IdentityModeImpersonate}}}
+	sa := &user.DefaultInfo{Name: "system:serviceaccount:prod:deployer", Groups: []string{"system:serviceaccounts", "system:serviceaccounts:prod", user.AllAuthenticated}}
+	if _, err := impersonation(m, sa); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "spec.identity.userPrefix") {
+		t.Errorf("a ServiceAccount of the hub without prefixes: %v", err)
+	}
+	inGroup := &user.DefaultInfo{Name: "alice", Groups: []string{"system:nodes", user.AllAuthenticated}}
+	if _, err := impersonation(m, inGroup); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "spec.identity.groupPrefix") {
+		t.Errorf("a member of system:nodes without a group prefix: %v", err)
+	}
+	plain := &user.DefaultInfo{Name: "alice", Groups: []string{"team", user.AllAuthenticated}}
+	if imp, err := impersonation(m, plain); err != nil || strings.Join(imp.Groups, ",") != "team,system:authenticated" {
+		t.Errorf("alice: %+v, %v", imp, err)
+	}
+	prefixed := m.DeepCopy()
+	prefixed.Spec.Identity.UserPrefix, prefixed.Spec.Identity.GroupPrefix = "hub:", "hub:"
+	if imp, err := impersonation(prefixed, sa); err != nil || imp.UserName != "hub:system:serviceaccount:prod:deployer" {
+		t.Errorf("a ServiceAccount of the hub with prefixes: %+v, %v", imp, err)
+	}
+}
