@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/pflag"
+
 	"github.com/kcp-dev/mount-apiserver/pkg/pki"
 )
 
@@ -58,6 +60,35 @@ func TestHelp(t *testing.T) {
 		if strings.Contains(help, wrong) {
 			t.Errorf("--help mentions %q", wrong)
 		}
+	}
+}
+
+// TestSubcommandHelp: each subcommand's --help lists its own flags and no flag of the server
+// (the server's grouped help func is inherited unless a subcommand sets its own).
+func TestSubcommandHelp(t *testing.T) {
+	for _, sub := range NewCommand(context.Background()).Commands() {
+		t.Run(sub.Name(), func(t *testing.T) {
+			cmd := NewCommand(context.Background())
+			var out bytes.Buffer
+			cmd.SetOut(&out)
+			cmd.SetErr(&out)
+			cmd.SetArgs([]string{sub.Name(), "--help"})
+			if err := cmd.Execute(); err != nil {
+				t.Fatal(err)
+			}
+			var listed []string
+			for _, m := range regexp.MustCompile(`(?m)^(?:  -\w, |      )--([\w-]+)`).FindAllStringSubmatch(out.String(), -1) {
+				listed = append(listed, m[1])
+			}
+			var own []string
+			sub.Flags().VisitAll(func(f *pflag.Flag) { own = append(own, f.Name) })
+			own = append(own, "help")
+			slices.Sort(listed)
+			slices.Sort(own)
+			if !slices.Equal(listed, own) {
+				t.Errorf("%s --help lists %v, the command has %v", sub.Name(), listed, own)
+			}
+		})
 	}
 }
 
