@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Regenerates everything generated in this repository: deepcopy, defaulters, conversions and
 # OpenAPI definitions next to the API types, and the typed clientset, apply configurations,
-# listers and informers under pkg/generated, and the generated files of the kcp bundle
-# (artifacts/kcp: the APIResourceSchema of Mounts and the APIExports naming it). Uses
+# listers and informers under pkg/generated, the generated files of the kcp bundle
+# (artifacts/kcp: the APIResourceSchema of Mounts and the APIExports naming it), and the
+# references under docs/reference (the Mount API and every command's flags). Uses
 # kube_codegen.sh from the code-generator module pinned in go.mod, so the generators match the
 # k8s.io libraries we build against.
 set -o errexit -o nounset -o pipefail
@@ -52,3 +53,7 @@ kube::codegen::gen_client \
 # which kcp serves from the schema) and the APIExports that name it. artifacts/kcp-main, the
 # bundle for kcp main, is an overlay of artifacts/kcp and takes both from there.
 go run ./hack/tools/kcp-artifacts --output-dir "${REPO_ROOT}/artifacts/kcp"
+
+# docs/reference: the Mount API from the OpenAPI generated above, and the flags of every
+# command and subcommand from the cobra commands (run again after adding or changing a flag).
+go run ./hack/tools/reference-docs --output-dir "${REPO_ROOT}/docs/reference"

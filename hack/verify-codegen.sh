@@ -7,11 +7,11 @@ SCRATCH=$(mktemp -d)
 trap 'rm -rf "${SCRATCH}"' EXIT
 
 # Copy what generation reads and writes; .git and build outputs are not needed.
-tar -C "${REPO_ROOT}" --exclude=.git --exclude=.mount-apiserver -cf - . | tar -C "${SCRATCH}" -xf -
+tar -C "${REPO_ROOT}" --exclude=.git --exclude=.mount-apiserver --exclude=./_output -cf - . | tar -C "${SCRATCH}" -xf -
 "${SCRATCH}/hack/update-codegen.sh"
 
 status=0
-for dir in pkg hack artifacts; do
+for dir in pkg hack artifacts docs; do
     if ! diff -Naupr "${REPO_ROOT}/${dir}" "${SCRATCH}/${dir}"; then
         status=1
     fi
