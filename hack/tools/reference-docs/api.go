@@ -114,7 +114,7 @@ func apiReference() ([]byte, error) {
 	}
 	buf.WriteString("\n")
 	buf.Write(body.Bytes())
-	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+	return append(bytes.TrimRight(buf.Bytes(), "\n"), '\n'), nil
 }
 
 // field is a JSON field of a Go struct, with inlined structs' fields in their place.

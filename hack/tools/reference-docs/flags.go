@@ -53,7 +53,7 @@ func flagReference() ([]byte, error) {
 	}
 	buf.WriteString("\n")
 	buf.Write(body.Bytes())
-	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+	return append(bytes.TrimRight(buf.Bytes(), "\n"), '\n'), nil
 }
 
 // document writes the command at path below newCommand() and its subcommands.
