@@ -484,7 +484,12 @@ func inImage(t *testing.T, img image, root string, args ...string) *exec.Cmd {
 	user, group, _ := strings.Cut(img.config.Config.User, ":")
 	u, _ := strconv.Atoi(user)
 	g, _ := strconv.Atoi(group)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root, Credential: &syscall.Credential{Uid: uint32(u), Gid: uint32(g)}}
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Chroot:     root,
+		Credential: &syscall.Credential{Uid: uint32(u), Gid: uint32(g)},
+		// Nothing is left behind if the test binary dies.
+		Pdeathsig: syscall.SIGKILL,
+	}
 	return cmd
 }
 
