@@ -304,3 +304,45 @@ func TestDocsMarkParser(t *testing.T) {
 		t.Errorf("the indented block: %+v", b)
 	}
 }
+
+// docReasonSources are the files that define the reasons of a Mount's conditions and of the
+// proxy's answers, which docs/troubleshooting.md explains.
+var docReasonSources = []string{
+	"pkg/controller/status/status.go",
+	"pkg/controller/agentconnected/controller.go",
+	"pkg/proxy/handler.go",
+	"pkg/proxy/errors.go",
+	"pkg/proxy/tunnel.go",
+	"pkg/proxy/workspace.go",
+	"pkg/tunnel/agent/credentials.go",
+}
+
+var docReasonPattern = regexp.MustCompile(`(?m)^\s*(?:const\s+)?Reason\w*\s*(?:metav1\.StatusReason\s*)?=\s*"(\w+)"`)
+
+// TestTroubleshootingNamesEveryReason checks that docs/troubleshooting.md says what each
+// condition reason and each reason of the proxy's answers means: every Reason constant of
+// the status controller, the AgentConnected controller, the proxy and the agent.
+func TestTroubleshootingNamesEveryReason(t *testing.T) {
+	root := framework.RepoRoot()
+	page, err := os.ReadFile(filepath.Join(root, "docs", "troubleshooting.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reasons []string
+	for _, file := range docReasonSources {
+		src, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(file)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range docReasonPattern.FindAllStringSubmatch(string(src), -1) {
+			reasons = append(reasons, m[1])
+			if !strings.Contains(string(page), "`"+m[1]+"`") {
+				t.Errorf("docs/troubleshooting.md does not explain reason %s (%s)", m[1], file)
+			}
+		}
+	}
+	if len(reasons) < 20 {
+		t.Fatalf("found only %d reasons (%v): the pattern misses their definitions", len(reasons), reasons)
+	}
+	t.Logf("%d reasons: %v", len(reasons), reasons)
+}

@@ -186,6 +186,11 @@ var docExpectations = map[string][]string{
 		"virtualmachine.kubevirt.io/alpine", "kubevirt.io/owner: team-a", "prefixedvirtualmachines.x.virtualization.example.org",
 		"kind: PrefixedVirtualMachine", "x.virtualization.example.org/os: alpine", "KIND:       VirtualMachine",
 	},
+	"docs/production.md standalone": {
+		"# HELP mount_status_writes_total", "[+]etcd ok", `mount.mounts.kcp.io "prod" deleted`,
+		"prod   URL", // listed after the restore
+	},
+	"docs/troubleshooting.md standalone": {"CredentialsResolved\tFalse\tSecretNotFound", "mount.mounts.kcp.io/prod condition met"},
 	"docs/firewall.md aggregated": {"deployment.apps/mount-agent created", "mount.mounts.kcp.io/prod condition met", "kube-system"},
 }
 
