@@ -191,7 +191,7 @@ var docExpectations = map[string][]string{
 		"prod   URL", // listed after the restore
 	},
 	"docs/troubleshooting.md standalone": {"CredentialsResolved\tFalse\tSecretNotFound", "mount.mounts.kcp.io/prod condition met"},
-	"docs/firewall.md aggregated": {"deployment.apps/mount-agent created", "mount.mounts.kcp.io/prod condition met", "kube-system"},
+	"docs/firewall.md aggregated":        {"deployment.apps/mount-agent created", "mount.mounts.kcp.io/prod condition met", "kube-system"},
 }
 
 // runDocBlocks runs blocks (of one page, in one mode) in one bash session (errexit, nounset,
