@@ -39,8 +39,8 @@ var docOwnRunners = map[string]string{
 	"docs/kcp.md": "TestKcpDocsSteps",
 }
 
-// docBlock is one fenced shell block of a page.
-type docBlock struct {
+// shellBlock is one fenced shell block of a page.
+type shellBlock struct {
 	Page string // relative to the repository root, with slashes
 	Line int    // line of the opening fence, from 1
 	Lang string
@@ -58,7 +58,7 @@ type docBlock struct {
 	indent string
 }
 
-func (b docBlock) String() string { return fmt.Sprintf("%s:%d", b.Page, b.Line) }
+func (b shellBlock) String() string { return fmt.Sprintf("%s:%d", b.Page, b.Line) }
 
 var docMarkPattern = regexp.MustCompile(`^(run|not-run|test):\s*(.*)$`)
 
@@ -91,17 +91,17 @@ func docPages(t testing.TB, root string) []string {
 
 // parseDocBlocks returns the fenced blocks in shell languages of page (relative to root), and
 // the problems of their marks.
-func parseDocBlocks(root, page string) ([]docBlock, []string, error) {
+func parseDocBlocks(root, page string) ([]shellBlock, []string, error) {
 	f, err := os.Open(filepath.Join(root, filepath.FromSlash(page)))
 	if err != nil {
 		return nil, nil, err
 	}
 	defer f.Close()
 	var (
-		blocks   []docBlock
+		blocks   []shellBlock
 		problems []string
 		comments []string // the comment lines right before the current line
-		open     *docBlock
+		open     *shellBlock
 		fence    string
 		body     strings.Builder
 	)
@@ -134,7 +134,7 @@ func parseDocBlocks(root, page string) ([]docBlock, []string, error) {
 				lang = lang[:i]
 			}
 			if slices.Contains(docShellLanguages, lang) {
-				b := docBlock{Page: page, Line: n, Lang: lang, Comments: comments}
+				b := shellBlock{Page: page, Line: n, Lang: lang, Comments: comments}
 				b.indent = line[:len(line)-len(strings.TrimLeft(line, " "))]
 				problems = append(problems, b.parseMark()...)
 				open = &b
@@ -158,7 +158,7 @@ func parseDocBlocks(root, page string) ([]docBlock, []string, error) {
 }
 
 // parseMark finds the block's one mark among the comments before it and checks it.
-func (b *docBlock) parseMark() []string {
+func (b *shellBlock) parseMark() []string {
 	var marks []string
 	for _, c := range b.Comments {
 		if docMarkPattern.MatchString(c) {

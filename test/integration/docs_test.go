@@ -139,7 +139,7 @@ func TestDocs(t *testing.T) {
 			continue
 		}
 		var modes []string
-		byMode := map[string][]docBlock{}
+		byMode := map[string][]shellBlock{}
 		for _, b := range blocks {
 			if b.Mode == "" {
 				continue
@@ -198,7 +198,7 @@ var docExpectations = map[string][]string{
 // pipefail) and returns its output. Hooks run between blocks on the test's goroutine; the
 // session's processes (and whatever a block left running in the background) are killed at
 // the end.
-func runDocBlocks(t *testing.T, mode string, blocks []docBlock) string {
+func runDocBlocks(t *testing.T, mode string, blocks []shellBlock) string {
 	ctx, cancel := context.WithTimeout(klog.NewContext(context.Background(), klog.Background()), 6*time.Minute)
 	defer cancel()
 	root := framework.RepoRoot()

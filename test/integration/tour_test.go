@@ -23,7 +23,7 @@ func TestReadmeTour(t *testing.T) {
 	if len(problems) > 0 {
 		t.Fatalf("README.md: %q", problems)
 	}
-	var run []docBlock
+	var run []shellBlock
 	tour := false
 	for _, b := range blocks {
 		if b.Mode == "" {
