@@ -1,4 +1,4 @@
-// Command mount-agent opens a Mount's reverse tunnel to mount-apiserver. See README.md.
+// Command mount-agent opens a Mount's reverse tunnel to mount-apiserver. See docs/firewall.md.
 package main
 
 import (

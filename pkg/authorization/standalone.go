@@ -93,5 +93,5 @@ func (Standalone) Authorize(_ context.Context, a authorizer.Attributes) (authori
 			return authorizer.DecisionAllow, "", nil
 		}
 	}
-	return authorizer.DecisionNoOpinion, "the standalone server grants this only to the groups " + AdminsGroup + ", " + EditorsGroup + " or " + ViewersGroup + ", and attaching to mount <name> to " + AgentGroupPrefix + "<name> (see README)", nil
+	return authorizer.DecisionNoOpinion, "the standalone server grants this only to the groups " + AdminsGroup + ", " + EditorsGroup + " or " + ViewersGroup + ", and attaching to mount <name> to " + AgentGroupPrefix + "<name> (see docs/users.md)", nil
 }

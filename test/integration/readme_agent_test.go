@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,28 +21,30 @@ import (
 	"github.com/kcp-dev/mount-apiserver/test/integration/framework"
 )
 
-// readmeBlock returns the shell block of README.md between <!-- name --> and <!-- /name -->.
-func readmeBlock(t *testing.T, name string) string {
+// pageBlock returns the shell block of page (relative to the repository root) between
+// <!-- name --> and <!-- /name -->.
+func pageBlock(t *testing.T, page, name string) string {
 	t.Helper()
-	readme, err := os.ReadFile(filepath.Join(framework.RepoRoot(), "README.md"))
+	blocks, _, err := parseDocBlocks(framework.RepoRoot(), page)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, rest, ok := strings.Cut(string(readme), "<!-- "+name+" -->")
-	block, _, ok2 := strings.Cut(rest, "<!-- /"+name+" -->")
-	if !ok || !ok2 {
-		t.Fatalf("README.md has no <!-- %s --> ... <!-- /%s --> block", name, name)
+	for _, b := range blocks {
+		if slices.Contains(b.Comments, name) {
+			return b.Body
+		}
 	}
-	block = strings.TrimSpace(block)
-	block = strings.TrimPrefix(block, "```sh")
-	return strings.TrimSuffix(block, "```")
+	t.Fatalf("%s has no block marked <!-- %s -->", page, name)
+	return ""
 }
 
-// TestReadmeAgentHub runs the hub part of README's "Mount a cluster behind a firewall" with
-// the real kubectl against a host kube-apiserver with mount-apiserver aggregated, in a copy of
-// the repository's artifacts: it applies artifacts/agent/hub, creates the Mount and writes
-// the agent's hub kubeconfig. That kubeconfig holds only the agent's token, may attach to
-// "prod" and to no other mount, and a real mount-agent started with it serves the mount.
+// TestReadmeAgentHub runs the hub block of docs/firewall.md ("In a cluster", once README's
+// "Mount a cluster behind a firewall") with the real kubectl against a host kube-apiserver
+// with mount-apiserver aggregated, in a copy of the repository's artifacts and a $HOME of its
+// own: it applies artifacts/agent/hub, creates the Mount and writes the agent's hub
+// kubeconfig under $HOME. That kubeconfig holds only the agent's token, may attach to "prod"
+// and to no other mount, and a real mount-agent started with it serves the mount. (TestDocs
+// runs the whole page, with the agent as its Deployment would run.)
 func TestReadmeAgentHub(t *testing.T) {
 	ctx, cancel := context.WithTimeout(klog.NewContext(context.Background(), klog.Background()), 5*time.Minute)
 	defer cancel()
@@ -56,17 +59,17 @@ func TestReadmeAgentHub(t *testing.T) {
 	}
 	t.Cleanup(c.Stop)
 
-	work := t.TempDir()
-	if out, err := exec.Command("cp", "-r", filepath.Join(framework.RepoRoot(), "artifacts"), work).CombinedOutput(); err != nil {
-		t.Fatalf("copying artifacts: %v: %s", err, out)
+	work, home := t.TempDir(), t.TempDir()
+	if err := os.CopyFS(filepath.Join(work, "artifacts"), os.DirFS(filepath.Join(framework.RepoRoot(), "artifacts"))); err != nil {
+		t.Fatal(err)
 	}
-	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", readmeBlock(t, "agent-hub"))
+	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", pageBlock(t, "docs/firewall.md", "agent-hub"))
 	cmd.Dir = work
-	cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"), "KUBECONFIG="+c.Host.AdminKubeconfig)
+	cmd.Env = append(docBaseEnv(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"), "KUBECONFIG="+c.Host.AdminKubeconfig, "HOME="+home)
 	out, err := cmd.CombinedOutput()
-	t.Logf("README block output:\n%s", out)
+	t.Logf("the hub block's output:\n%s", out)
 	if err != nil {
-		t.Fatalf("the README's hub block failed: %v", err)
+		t.Fatalf("the hub block of docs/firewall.md failed: %v", err)
 	}
 	for _, want := range []string{"serviceaccount/mount-agent-prod created", "mount.mounts.kcp.io/prod created"} {
 		if !strings.Contains(string(out), want) {
@@ -74,7 +77,7 @@ func TestReadmeAgentHub(t *testing.T) {
 		}
 	}
 
-	hubKubeconfig := filepath.Join(work, "artifacts", "agent", "hub.kubeconfig")
+	hubKubeconfig := filepath.Join(home, "mount-agent-prod", "hub.kubeconfig")
 	kc, err := clientcmd.LoadFromFile(hubKubeconfig)
 	if err != nil {
 		t.Fatal(err)
@@ -139,6 +142,6 @@ func TestReadmeAgentHub(t *testing.T) {
 		last = resp.StatusCode
 		return last == http.StatusOK, nil
 	}); err != nil {
-		t.Fatalf("the agent started with the README's kubeconfig does not serve prod: last %d", last)
+		t.Fatalf("the agent started with the page's kubeconfig does not serve prod: last %d", last)
 	}
 }

@@ -25,7 +25,7 @@ import (
 	"github.com/kcp-dev/mount-apiserver/pkg/kcp"
 )
 
-// KcpOptions say how the server meets kcp in kcp mode (--kcp-mode). See README, "Run it with kcp".
+// KcpOptions say how the server meets kcp in kcp mode (--kcp-mode). See docs/kcp-mode.md and docs/kcp.md.
 type KcpOptions struct {
 	// ShardClientCAFile is the CA of the client certificate kcp's shards forward requests with
 	// (kcp's --shard-client-cert-file).

@@ -194,7 +194,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.IntVar(&o.ProxyMaxUpgrades, "proxy-max-upgrades", o.ProxyMaxUpgrades,
 		"How many upgraded sessions (exec, attach, port-forward through mounts) may be open at once; one more is refused with 429 until one ends. 0: no bound. Each holds two connections, four goroutines and up to 250 KB.")
 	fs.BoolVar(&o.KcpMode, "kcp-mode", o.KcpMode,
-		"Serve cluster-aware paths as kcp's APIExport virtual storage forwards them: /clusters/<logical-cluster>/apis/mounts.kcp.io/... for every verb, and /clusters/*/... to list and watch across logical clusters. Work in progress: see README, \"kcp mode\".")
+		"Serve cluster-aware paths as kcp's APIExport virtual storage forwards them: /clusters/<logical-cluster>/apis/mounts.kcp.io/... for every verb, and /clusters/*/... to list and watch across logical clusters. See docs/kcp-mode.md.")
 	fs.StringSliceVar(&o.ProxyAllowedTargets, "proxy-allowed-targets", o.ProxyAllowedTargets,
 		"If set, the only targets mounts may name: CIDRs (10.0.0.0/8), IPs (10.1.2.3, fd00::1), host names (api.example.com) and *.domain for the names below it (*.example.com), each but CIDRs with an optional :port. A name is allowed on whatever it resolves to (unless denied), an address when the connection goes there. Empty: every target not denied.")
 	fs.StringSliceVar(&o.ProxyDeniedTargets, "proxy-denied-targets", o.ProxyDeniedTargets,
