@@ -1,10 +1,12 @@
 package rewrite
 
 import (
+	"bytes"
 	"fmt"
 	"strings"
 
 	"github.com/tidwall/gjson"
+	yamlv2 "go.yaml.in/yaml/v2"
 	"sigs.k8s.io/yaml"
 )
 
@@ -35,8 +37,11 @@ func (q Request) Body(contentType string, body []byte) ([]byte, error) {
 	case mt == mtJSONPatch:
 		return q.rules.jsonPatch(toTarget, body, q.defaultRule())
 	case mt == mtApplyYAML:
-		if !gjson.ValidBytes(body) {
-			j, err := yaml.YAMLToJSON(body)
+		if err := CheckJSON(body); err != nil {
+			if !isSyntaxError(err) {
+				return nil, fmt.Errorf("apply patch: %w", err)
+			}
+			j, err := yamlToJSON(body)
 			if err != nil {
 				return nil, fmt.Errorf("apply patch: %w", err)
 			}
@@ -44,8 +49,8 @@ func (q Request) Body(contentType string, body []byte) ([]byte, error) {
 		}
 		return q.rules.object(toTarget, body, q.hint())
 	case mt == mtMergePatch || mt == mtStrategicPatch || isJSON(mt):
-		if !gjson.ValidBytes(body) {
-			return nil, fmt.Errorf("request body is not valid JSON")
+		if err := CheckJSON(body); err != nil {
+			return nil, fmt.Errorf("request body: %w", err)
 		}
 		out, err := q.rules.object(toTarget, body, q.hint())
 		if err != nil {
@@ -57,6 +62,49 @@ func (q Request) Body(contentType string, body []byte) ([]byte, error) {
 		return out, nil
 	}
 	return nil, &UnsupportedMediaTypeError{ContentType: contentType}
+}
+
+// yamlToJSON converts an apply patch from YAML to JSON, bounded: YAML aliases make a few KiB
+// stand for gigabytes of JSON (a 1 MiB string anchored once and aliased a thousand times is
+// a GiB, within what the YAML decoder's alias limits allow, which count nodes, not bytes).
+func yamlToJSON(y []byte) ([]byte, error) {
+	if bytes.IndexByte(y, '*') >= 0 { // an alias is written *name
+		var v any
+		if err := yamlv2.Unmarshal(y, &v); err != nil {
+			return nil, err
+		}
+		if n := expandedSize(v, maxBody); n > maxBody {
+			return nil, fmt.Errorf("its aliases expand it to more than the %d bytes a renaming mount rewrites", maxBody)
+		}
+	}
+	return yaml.YAMLToJSON(y)
+}
+
+// expandedSize returns at least the size of v (decoded YAML) in JSON, or a number above limit
+// once it passes limit. Strings an alias repeats are counted each time.
+func expandedSize(v any, limit int) int {
+	n := 0
+	stack := []any{v}
+	for len(stack) > 0 && n <= limit {
+		v := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		switch v := v.(type) {
+		case string:
+			n += len(v) + 2
+		case []any:
+			n += 1 + len(v)
+			stack = append(stack, v...)
+		case map[any]any:
+			n += 1 + len(v)
+			for k, e := range v {
+				n += len(fmt.Sprint(k)) + 3
+				stack = append(stack, e)
+			}
+		default:
+			n++
+		}
+	}
+	return n
 }
 
 // defaultRule is the group rule of a Resource request.
@@ -110,8 +158,11 @@ func escapePath(s string) string {
 // or as metadata), and values of /apiVersion and /kind. rule is the request's group rule
 // (nil for objects of other groups).
 func (r *Rules) jsonPatch(d direction, body []byte, rule *groupRule) ([]byte, error) {
+	if err := CheckJSON(body); err != nil {
+		return nil, fmt.Errorf("JSON patch: %w", err)
+	}
 	doc := gjson.ParseBytes(body)
-	if !doc.IsArray() || !gjson.ValidBytes(body) {
+	if !doc.IsArray() {
 		return nil, fmt.Errorf("JSON patch must be a JSON array of operations")
 	}
 	// No shortcut by mentions: pointers escape the '/' of key prefixes as "~1".
