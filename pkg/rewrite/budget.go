@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/semaphore"
@@ -21,9 +22,10 @@ var ErrBusy = errors.New("the server's memory budget for rewriting whole documen
 // share waits at most the Budget's wait, then fails with ErrBusy; one that would need more
 // than the whole Budget fails at once with ErrTooLarge. A nil *Budget bounds nothing.
 type Budget struct {
-	sem  *semaphore.Weighted
-	size int64
-	wait time.Duration
+	sem   *semaphore.Weighted
+	size  int64
+	wait  time.Duration
+	inUse atomic.Int64
 }
 
 // NewBudget returns a budget of size bytes whose rewrites wait at most wait for their share.
@@ -36,6 +38,9 @@ const DefaultBudgetWait = 5 * time.Second
 
 // Size returns the size of the budget in bytes.
 func (b *Budget) Size() int64 { return b.size }
+
+// InUse returns how many bytes of the budget rewrites hold.
+func (b *Budget) InUse() int64 { return b.inUse.Load() }
 
 // lease is what one rewrite holds of a budget. grow is called by the reader of the rewrite
 // only; release may come from another goroutine (a Close).
@@ -88,6 +93,7 @@ func (l *lease) grow(n int64) error {
 		l.b.sem.Release(n)
 		return errors.New("the rewrite was closed")
 	}
+	l.b.inUse.Add(n)
 	return nil
 }
 
@@ -101,6 +107,7 @@ func (l *lease) shrink(n int64) {
 	l.held -= n
 	l.mu.Unlock()
 	if n > 0 {
+		l.b.inUse.Add(-n)
 		l.b.sem.Release(n)
 	}
 }
@@ -115,6 +122,7 @@ func (l *lease) release() {
 	l.held, l.closed = 0, true
 	l.mu.Unlock()
 	if n > 0 {
+		l.b.inUse.Add(-n)
 		l.b.sem.Release(n)
 	}
 }

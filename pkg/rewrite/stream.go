@@ -241,6 +241,10 @@ func (s *streamReader) Read(p []byte) (int, error) {
 	}
 	n := copy(p, s.out[s.off:])
 	s.off += n
+	if s.off == len(s.out) && s.err != nil && s.err != io.EOF {
+		// With the last bytes before it, so that a reader learns of the failure at once.
+		return n, s.err
+	}
 	return n, nil
 }
 
