@@ -336,6 +336,15 @@ func TestDocumentBounds(t *testing.T) {
 		t.Fatalf("endless document: %v", err)
 	}
 
+	// Nested too deep, a document is refused as soon as it is, not once read whole.
+	for _, path := range []string{"/openapi/v2", "/apis"} {
+		d, _ := r.Request("GET", path, nil)
+		src := &counting{r: endless{c: '['}}
+		if _, err := io.Copy(io.Discard, d.Response("application/json", src)); !errors.Is(err, ErrTooDeep) || src.n > 256<<10 {
+			t.Fatalf("%s, endless '[': %v after %d bytes", path, err, src.n)
+		}
+	}
+
 	doc := openAPIv2(t, 4<<20)
 	small := NewBudget(4<<20, time.Second)
 	if _, err := io.Copy(io.Discard, q.WithBudget(ctx, small).Response("application/json", bytes.NewReader(doc))); !errors.Is(err, ErrTooLarge) {
@@ -411,11 +420,28 @@ func available(b *Budget) int64 {
 	return lo
 }
 
-type endless struct{}
+// endless reads c (or 'a') for ever.
+type endless struct{ c byte }
 
-func (endless) Read(p []byte) (int, error) {
+func (e endless) Read(p []byte) (int, error) {
+	c := e.c
+	if c == 0 {
+		c = 'a'
+	}
 	for i := range p {
-		p[i] = 'a'
+		p[i] = c
 	}
 	return len(p), nil
+}
+
+// counting counts what is read from r.
+type counting struct {
+	r io.Reader
+	n int
+}
+
+func (c *counting) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += n
+	return n, err
 }

@@ -522,6 +522,42 @@ func (r *Rules) listTail(d direction, tail, head []byte) ([]byte, error) {
 	return out[1 : len(out)-1], nil
 }
 
+// nesting follows the depth of JSON read a piece at a time (strings skipped), so that a
+// document nested too deep is refused as soon as it is, rather than once it is read whole.
+type nesting struct {
+	depth             int
+	inString, escaped bool
+}
+
+// scan reads the next piece; it reports false, and where, once the depth passes MaxDepth.
+func (n *nesting) scan(b []byte) (int, bool) {
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if n.inString {
+			switch {
+			case n.escaped:
+				n.escaped = false
+			case c == '\\':
+				n.escaped = true
+			case c == '"':
+				n.inString = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			n.inString = true
+		case '{', '[':
+			if n.depth++; n.depth > MaxDepth {
+				return i, false
+			}
+		case '}', ']':
+			n.depth--
+		}
+	}
+	return 0, true
+}
+
 // row rewrites one Table row: its object, if the table includes objects.
 func (r *Rules) row(v []byte, hint typeHint) ([]byte, error) {
 	if !r.mentions(toPresented, v) {
@@ -595,6 +631,7 @@ func (d *documentReader) load() (io.Reader, error) {
 // up to twice its size, and three times while it grows).
 func (d *documentReader) readAll() ([]byte, error) {
 	var chunks [][]byte
+	var nest nesting
 	total := 0
 	for {
 		if total > maxDocument {
@@ -612,6 +649,9 @@ func (d *documentReader) readAll() ([]byte, error) {
 			chunk = chunk[:n:n]
 		}
 		chunks = append(chunks, chunk)
+		if at, ok := nest.scan(chunk); !ok {
+			return nil, fmt.Errorf("the document: %w (at byte %d)", ErrTooDeep, total+at)
+		}
 		total += n
 		if err == io.EOF || err == io.ErrUnexpectedEOF {
 			break
