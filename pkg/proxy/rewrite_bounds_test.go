@@ -82,7 +82,8 @@ func TestRenamingMountBounds(t *testing.T) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		switch r.URL.Path {
 		case "/apis/x.example.org/v1/namespaces/default/prefixedvms/vm":
-			serveGzip(w, hostileVM(48<<20))
+			// 48 MiB, closed: what the object's rewrite validated.
+			serveGzip(w, hostileVM(24<<20)+strings.Repeat("]", 24<<20)+"}")
 		case "/apis/x.example.org/v1/namespaces/default/prefixedvms/cut":
 			w.Header().Set("Content-Type", "application/json")
 			_, _ = io.WriteString(w, `{"apiVersion":"x.example.org/v1","kind":"PrefixedVM","metadata":{"name":"cut"`)
@@ -108,7 +109,7 @@ func TestRenamingMountBounds(t *testing.T) {
 	m.Spec.Rewrites = &mounts.MountRewrites{Groups: []mounts.GroupRewrite{{Presented: "example.com", Target: "x.example.org", KindPrefix: "Prefixed"}}}
 	const vms = "/apis/example.com/v1/namespaces/default/vms"
 
-	t.Run("object of 48 MiB of '['", func(t *testing.T) {
+	t.Run("object of 48 MiB of brackets", func(t *testing.T) {
 		wantStatus(t, proxied(t, p, m, http.MethodGet, vms+"/vm", "", ""), http.StatusBadGateway, `mount "renaming"`, "deeper than the 10000 levels")
 	})
 	t.Run("discovery of 48 MiB of '['", func(t *testing.T) {

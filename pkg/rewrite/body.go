@@ -1,13 +1,13 @@
 package rewrite
 
 import (
-	"bytes"
 	"fmt"
 	"strings"
 
 	"github.com/tidwall/gjson"
-	yamlv2 "go.yaml.in/yaml/v2"
 	"sigs.k8s.io/yaml"
+
+	"github.com/kcp-dev/mount-apiserver/pkg/yamlbound"
 )
 
 // Body patch and object media types.
@@ -64,47 +64,13 @@ func (q Request) Body(contentType string, body []byte) ([]byte, error) {
 	return nil, &UnsupportedMediaTypeError{ContentType: contentType}
 }
 
-// yamlToJSON converts an apply patch from YAML to JSON, bounded: YAML aliases make a few KiB
-// stand for gigabytes of JSON (a 1 MiB string anchored once and aliased a thousand times is
-// a GiB, within what the YAML decoder's alias limits allow, which count nodes, not bytes).
+// yamlToJSON converts an apply patch from YAML to JSON, refusing YAML whose aliases expand it
+// beyond maxBody (a few KiB of YAML can stand for gigabytes of JSON).
 func yamlToJSON(y []byte) ([]byte, error) {
-	if bytes.IndexByte(y, '*') >= 0 { // an alias is written *name
-		var v any
-		if err := yamlv2.Unmarshal(y, &v); err != nil {
-			return nil, err
-		}
-		if n := expandedSize(v, maxBody); n > maxBody {
-			return nil, fmt.Errorf("its aliases expand it to more than the %d bytes a renaming mount rewrites", maxBody)
-		}
+	if err := yamlbound.Check(y, maxBody); err != nil {
+		return nil, err
 	}
 	return yaml.YAMLToJSON(y)
-}
-
-// expandedSize returns at least the size of v (decoded YAML) in JSON, or a number above limit
-// once it passes limit. Strings an alias repeats are counted each time.
-func expandedSize(v any, limit int) int {
-	n := 0
-	stack := []any{v}
-	for len(stack) > 0 && n <= limit {
-		v := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		switch v := v.(type) {
-		case string:
-			n += len(v) + 2
-		case []any:
-			n += 1 + len(v)
-			stack = append(stack, v...)
-		case map[any]any:
-			n += 1 + len(v)
-			for k, e := range v {
-				n += len(fmt.Sprint(k)) + 3
-				stack = append(stack, e)
-			}
-		default:
-			n++
-		}
-	}
-	return n
 }
 
 // defaultRule is the group rule of a Resource request.
