@@ -9,13 +9,19 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 	"k8s.io/apiserver/pkg/authentication/user"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
 	"github.com/kcp-dev/mount-apiserver/pkg/rewrite"
@@ -192,4 +198,59 @@ func TestRenamingMountBounds(t *testing.T) {
 		p.RewriteBudget = rewrite.NewBudget(1<<20, time.Minute)
 		wantStatus(t, proxied(t, p, m, http.MethodGet, "/openapi/v2", "", ""), http.StatusBadGateway, `mount "renaming"`, "budget of 1048576 bytes")
 	})
+}
+
+// TestProtobufToJSONNested: protobuf bodies of built-in kinds carry JSON in bytes fields
+// (managedFields' fieldsV1, a ControllerRevision's data) and may nest unknown groups: 3 MiB
+// of nesting in either is refused (encoding/json checks raw JSON iteratively, 10000 levels;
+// protobuf skips groups without recursion) with small stacks, and JSON within the bound
+// becomes a body the rewriter then checks.
+func TestProtobufToJSONNested(t *testing.T) {
+	old := debug.SetMaxStack(16 << 20)
+	t.Cleanup(func() { debug.SetMaxStack(old) })
+	encode := func(obj runtime.Object) []byte {
+		var buf bytes.Buffer
+		if err := protobuf.NewSerializer(clientgoscheme.Scheme, clientgoscheme.Scheme).Encode(obj, &buf); err != nil {
+			t.Fatal(err)
+		}
+		return buf.Bytes()
+	}
+	deep := func(n int) []byte { return []byte(strings.Repeat("[", n) + strings.Repeat("]", n)) }
+	cm := func(raw []byte) []byte {
+		return encode(&corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"}, ObjectMeta: metav1.ObjectMeta{Name: "a",
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "m", Operation: metav1.ManagedFieldsOperationApply, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: raw}}}}})
+	}
+	cr := func(raw []byte) []byte {
+		return encode(&appsv1.ControllerRevision{TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "ControllerRevision"}, ObjectMeta: metav1.ObjectMeta{Name: "r"}, Data: runtime.RawExtension{Raw: raw}})
+	}
+	// An unknown field (15) of the ConfigMap holding 1.5 Mi nested groups.
+	groups := append(bytes.Repeat([]byte{15<<3 | 3}, 1500<<10), bytes.Repeat([]byte{15<<3 | 4}, 1500<<10)...)
+	unknownGroups := cm(nil)
+	unknownGroups = append(unknownGroups[:len(unknownGroups):len(unknownGroups)], groups...)
+
+	for name, body := range map[string][]byte{"fieldsV1": cm(deep(1500 << 10)), "controller revision": cr(deep(1500 << 10))} {
+		if _, _, err := protobufToJSON(protobufMediaType, body); err == nil || !strings.Contains(err.Error(), "exceeded max depth") {
+			t.Errorf("%s of 3 MiB of nesting: %v", name, err)
+		}
+	}
+	if _, _, err := protobufToJSON(protobufMediaType, unknownGroups); err == nil {
+		t.Log("unknown groups: decoded (skipped)")
+	} else {
+		t.Logf("unknown groups: %v", err)
+	}
+	r, err := rewrite.Compile(&mounts.MountRewrites{MetadataKeyPrefixes: []mounts.PrefixRewrite{{Presented: "presented.io/", Target: "kubevirt.io/"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, _ := r.Request(http.MethodPost, "/apis/apps/v1/namespaces/default/controllerrevisions", nil)
+	for _, depth := range []int{rewrite.MaxDepth - 2, rewrite.MaxDepth} {
+		data, ct, err := protobufToJSON(protobufMediaType, cr(deep(depth)))
+		if err != nil {
+			t.Fatalf("%d levels: %v", depth, err)
+		}
+		_, err = q.Body(ct, data)
+		if (err != nil) != (depth+1 > rewrite.MaxDepth) {
+			t.Fatalf("%d levels in data, %d in the body: %v", depth, depth+1, err)
+		}
+	}
 }

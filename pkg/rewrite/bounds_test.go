@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -176,6 +177,14 @@ func TestGJSONDoesNotRecurse(t *testing.T) {
 	}
 	if _, err := sjson.SetRaw(d, "spec.0", "1"); err != nil {
 		t.Fatal(err)
+	}
+	// encoding/json (the admission relay's reads of webhook configurations and Statuses)
+	// checks the whole input iteratively, 10000 levels deep, before it decodes.
+	var obj struct {
+		Metadata struct{ Name string } `json:"metadata"`
+	}
+	if err := json.Unmarshal([]byte(d), &obj); err == nil || !strings.Contains(err.Error(), "exceeded max depth") {
+		t.Fatalf("encoding/json: %v", err)
 	}
 	// The recursive validator itself, on a depth within the bound, is what it always was.
 	if !gjson.Valid(deep(MaxDepth)) {
