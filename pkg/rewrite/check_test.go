@@ -6,6 +6,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/tidwall/gjson"
 )
 
 // nested returns n opening brackets of open (repeated), then inner, then the closing ones.
@@ -124,4 +126,27 @@ func FuzzCheckJSONDepth(f *testing.F) {
 			t.Fatalf("%q x %d + %q: CheckJSON %v, encoding/json Valid %v", unit, n, inner, err, want)
 		}
 	})
+}
+
+// BenchmarkCheckJSON compares CheckJSON with the validators it replaced (gjson's, recursive)
+// and with encoding/json's, on the OpenAPI sample and on one object
+// (go test -bench CheckJSON -run XXX ./pkg/rewrite).
+func BenchmarkCheckJSON(b *testing.B) {
+	for _, doc := range []string{"openapi-v2.json", "object.json"} {
+		data := sample(b, doc)
+		for name, check := range map[string]func([]byte) bool{
+			"CheckJSON":     func(d []byte) bool { return CheckJSON(d) == nil },
+			"gjson":         gjson.ValidBytes,
+			"encoding-json": json.Valid,
+		} {
+			b.Run(doc+"/"+name, func(b *testing.B) {
+				b.SetBytes(int64(len(data)))
+				for b.Loop() {
+					if !check(data) {
+						b.Fatal("invalid")
+					}
+				}
+			})
+		}
+	}
 }
