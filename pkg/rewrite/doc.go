@@ -22,10 +22,11 @@
 // recursive sees unchecked input: CheckJSON checks JSON iteratively, at most MaxDepth (10000,
 // as kube-apiserver's decoders) levels deep, before gjson parses it, and the stream scanner
 // counts depth as it reads. A value held while a stream is rewritten (an item, an event) is
-// bounded; so are discovery and OpenAPI documents, which are read whole, and their memory is
-// taken from a server-wide Budget (WithBudget). OpenAPI documents are rewritten as they are
-// read, without a copy of the whole. YAML apply patches whose aliases would expand them beyond
-// the body bound are refused.
+// bounded (64 MiB); so are discovery and OpenAPI documents (64 MiB), which are read whole,
+// refused as soon as they nest too deep, and whose memory is taken from a server-wide Budget
+// (WithBudget). /openapi/v2 and a group's /openapi/v3 document are rewritten as the answer is
+// read, without a copy of the whole. YAML apply patches whose aliases would expand them
+// beyond the body bound are refused (pkg/yamlbound).
 //
 // Known limits: names are only renamed where an API says they are names (free-form strings,
 // such as a ConfigMap's data, pass as they are). A target group or key that already carries a
