@@ -134,6 +134,8 @@ func (p *Proxier) rewriteRules(m *mounts.Mount) (*rewrite.Rules, error) {
 type rewriting struct {
 	req   rewrite.Request
 	mount string
+	// buffers lends the buffer of the answer's first piece.
+	buffers *bufferPool
 	// crdName is the target and presented name of the CRD the request's path names, if
 	// renamed.
 	crdName [2]string
@@ -255,7 +257,7 @@ func (h *requestHandler) rewriteRequest(w http.ResponseWriter, out *http.Request
 		out.Header.Set("Content-Length", strconv.Itoa(len(rewritten)))
 		out.GetBody = nil
 	}
-	h.rewriting = &rewriting{req: rq.WithBudget(out.Context(), h.proxier.RewriteBudget), mount: h.mount.Name, crdName: crdName, webhooks: webhooks != ""}
+	h.rewriting = &rewriting{req: rq.WithBudget(out.Context(), h.proxier.RewriteBudget), mount: h.mount.Name, crdName: crdName, webhooks: webhooks != "", buffers: &h.proxier.buffers}
 	return true
 }
 
@@ -354,6 +356,7 @@ func (r *rewriting) response(res *http.Response) error {
 	}
 	target := &targetBody{r: body}
 	rewritten := r.req.Response(ct, target)
+	var primedBody *primed
 	closer, _ := rewritten.(io.Closer) // gives back what a document holds of the budget
 	if r.webhooks {
 		rewritten = admissionrelay.RestoreStream(rewritten, r.req.Watch)
@@ -361,24 +364,54 @@ func (r *rewriting) response(res *http.Response) error {
 	if r.req.Watch {
 		rewritten = &watchErrors{r: rewritten, target: target, mount: r.mount}
 	} else {
-		first := make([]byte, copyBufferSize)
-		var n int
+		p := &primed{buffers: r.buffers, rest: rewritten}
+		p.buf = r.buffers.Get()
 		var err error
-		for n == 0 && err == nil {
-			n, err = rewritten.Read(first)
+		for p.end == 0 && err == nil {
+			p.end, err = rewritten.Read(p.buf)
 		}
 		if err != nil && err != io.EOF {
+			p.release()
 			if closer != nil {
 				_ = closer.Close()
 			}
 			return answerError(target, err)
 		}
-		rewritten = io.MultiReader(bytes.NewReader(first[:n]), rewritten)
+		rewritten, primedBody = p, p
 	}
-	res.Body = rewrittenBody{Reader: rewritten, Closer: res.Body, rewriter: closer}
+	res.Body = rewrittenBody{Reader: rewritten, Closer: res.Body, rewriter: closer, primed: primedBody}
 	res.Header.Del("Content-Length")
 	res.ContentLength = -1
 	return nil
+}
+
+// primed is an answer whose first piece was read before its status was sent: that piece
+// (in a buffer of the pool, given back once read), then the rest.
+type primed struct {
+	buffers  *bufferPool
+	buf      []byte
+	off, end int
+	rest     io.Reader
+}
+
+func (p *primed) Read(b []byte) (int, error) {
+	if p.off < p.end {
+		n := copy(b, p.buf[p.off:p.end])
+		p.off += n
+		if p.off == p.end {
+			p.release()
+		}
+		return n, nil
+	}
+	return p.rest.Read(b)
+}
+
+// release gives the buffer back to the pool (once).
+func (p *primed) release() {
+	if p.buf != nil {
+		p.buffers.Put(p.buf)
+		p.buf, p.off, p.end = nil, 0, 0
+	}
 }
 
 // answerError classifies an error of the rewriter: a failure to read the target's answer
@@ -459,11 +492,16 @@ type rewrittenBody struct {
 	io.Closer
 	// rewriter, if set, is closed too: it gives back what it holds of the budget.
 	rewriter io.Closer
+	// primed, if set, gives its buffer back.
+	primed *primed
 }
 
 func (b rewrittenBody) Close() error {
 	if b.rewriter != nil {
 		_ = b.rewriter.Close()
+	}
+	if b.primed != nil {
+		b.primed.release()
 	}
 	return b.Closer.Close()
 }
