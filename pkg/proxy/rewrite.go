@@ -133,6 +133,7 @@ func (p *Proxier) rewriteRules(m *mounts.Mount) (*rewrite.Rules, error) {
 // rewriting is what a renamed request's response needs.
 type rewriting struct {
 	req   rewrite.Request
+	ctx   context.Context // the caller's request
 	mount string
 	// buffers lends the buffer of the answer's first piece.
 	buffers *bufferPool
@@ -257,7 +258,7 @@ func (h *requestHandler) rewriteRequest(w http.ResponseWriter, out *http.Request
 		out.Header.Set("Content-Length", strconv.Itoa(len(rewritten)))
 		out.GetBody = nil
 	}
-	h.rewriting = &rewriting{req: rq.WithBudget(out.Context(), h.proxier.RewriteBudget), mount: h.mount.Name, crdName: crdName, webhooks: webhooks != "", buffers: &h.proxier.buffers}
+	h.rewriting = &rewriting{req: rq.WithBudget(out.Context(), h.proxier.RewriteBudget), ctx: out.Context(), mount: h.mount.Name, crdName: crdName, webhooks: webhooks != "", buffers: &h.proxier.buffers}
 	return true
 }
 
@@ -362,7 +363,7 @@ func (r *rewriting) response(res *http.Response) error {
 		rewritten = admissionrelay.RestoreStream(rewritten, r.req.Watch)
 	}
 	if r.req.Watch {
-		rewritten = &watchErrors{r: rewritten, target: target, mount: r.mount}
+		rewritten = &watchErrors{r: rewritten, ctx: r.ctx, target: target, mount: r.mount}
 	} else {
 		p := &primed{buffers: r.buffers, rest: rewritten}
 		p.buf = r.buffers.Get()
@@ -446,10 +447,12 @@ func (t *targetBody) Read(p []byte) (int, error) {
 
 // watchErrors ends a watch whose next event cannot be rewritten with an ERROR event carrying
 // a 502 Status that names the mount, as kube-apiserver ends a watch it cannot go on with: a
-// reflector sees why, instead of a broken stream. A failure to read the target ends the
-// stream as it would without rewrites.
+// reflector sees why, instead of a broken stream. A failure to read the target, and an event
+// cut short because the request ended (the caller left, the server shuts down), end the
+// stream as they would without rewrites.
 type watchErrors struct {
 	r      io.Reader
+	ctx    context.Context
 	target *targetBody
 	mount  string
 	event  []byte // the ERROR event, not read yet
@@ -462,12 +465,12 @@ func (w *watchErrors) Read(p []byte) (int, error) {
 		if err == nil || err == io.EOF {
 			return n, err
 		}
-		err = answerError(w.target, err)
-		if !errors.Is(err, errUnrewritable) {
+		unrewritable := answerError(w.target, err)
+		if !errors.Is(unrewritable, errUnrewritable) || w.ctx.Err() != nil {
 			return n, err
 		}
 		w.ended = true
-		w.event = watchErrorEvent(newStatus(http.StatusBadGateway, ReasonBadGateway, fmt.Sprintf("mount %q: %v", w.mount, err)))
+		w.event = watchErrorEvent(newStatus(http.StatusBadGateway, ReasonBadGateway, fmt.Sprintf("mount %q: %v", w.mount, unrewritable)))
 		if n > 0 {
 			return n, nil
 		}
