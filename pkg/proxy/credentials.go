@@ -8,6 +8,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/kcp-dev/mount-apiserver/pkg/yamlbound"
 )
 
 // ErrCredentials marks a kubeconfig the proxy refuses. Messages never contain credential bytes.
@@ -15,7 +17,9 @@ var ErrCredentials = errors.New("unusable kubeconfig")
 
 // MaxKubeconfigBytes bounds the kubeconfig of a Mount's Secret: room for a CA bundle as large
 // as spec.caBundle may be (256 KiB, a third more in base64) plus a client certificate and key.
-// Secrets may hold 1 MiB, which takes a third of a second of CPU to parse.
+// Secrets may hold 1 MiB, which takes a third of a second of CPU to parse. YAML aliases that
+// would expand it beyond twice that are refused before it is parsed: clientcmd converts the
+// whole file to JSON, and 140 KB of aliases of one string were 411 MiB of it.
 const MaxKubeconfigBytes = 512 * 1024
 
 // ConfigFromKubeconfig turns the kubeconfig of a Mount's Secret into a client configuration
@@ -26,6 +30,9 @@ const MaxKubeconfigBytes = 512 * 1024
 func ConfigFromKubeconfig(data []byte) (*rest.Config, error) {
 	if len(data) > MaxKubeconfigBytes {
 		return nil, fmt.Errorf("%w: it has %d bytes, more than the %d accepted", ErrCredentials, len(data), MaxKubeconfigBytes)
+	}
+	if err := yamlbound.Check(data, 2*MaxKubeconfigBytes); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCredentials, err)
 	}
 	kc, err := clientcmd.Load(data)
 	if err != nil {

@@ -96,3 +96,19 @@ func TestConfigFromKubeconfigTooLarge(t *testing.T) {
 	}
 	t.Logf("refused a %d-byte kubeconfig in %v: %v", len(huge), elapsed, err)
 }
+
+// TestConfigFromKubeconfigAliases: a kubeconfig whose YAML aliases repeat a large string (140
+// KB standing for 411 MiB of JSON, which clientcmd made and parsed in 40 s) is refused before
+// it is parsed.
+func TestConfigFromKubeconfigAliases(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("apiVersion: v1\nkind: Config\nx: &a " + strings.Repeat("z", 100<<10) + "\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:6443\n    extensions:\n")
+	for i := range 1000 {
+		fmt.Fprintf(&b, "    - name: e%d\n      extension: *a\n", i)
+	}
+	start := time.Now()
+	_, err := ConfigFromKubeconfig([]byte(b.String()))
+	if !errors.Is(err, ErrCredentials) || !strings.Contains(err.Error(), "aliases expand") || time.Since(start) > 5*time.Second {
+		t.Fatalf("%v after %v, want a refusal of the aliases", err, time.Since(start))
+	}
+}

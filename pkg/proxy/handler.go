@@ -68,6 +68,9 @@ type Proxier struct {
 	// AdmissionRelay is where targets reach this server's admission relay; nil refuses
 	// webhook configurations written through renaming mounts (webhooks.go).
 	AdmissionRelay *admissionrelay.Config
+	// RewriteBudget bounds the memory that renaming mounts' rewrites of whole discovery and
+	// OpenAPI documents hold at once, server-wide; nil bounds only each document's size.
+	RewriteBudget *rewrite.Budget
 
 	// Kcp is the provider's client configuration for kcp (--kcp-kubeconfig): Workspace mounts
 	// are proxied to its host, kcp's base URL, with its credentials, impersonating the
@@ -499,7 +502,15 @@ func (r responder) Error(w http.ResponseWriter, req *http.Request, err error) {
 		// The upgrade handler flattens its dial errors into text.
 		err = fmt.Errorf("%w: %v", context.DeadlineExceeded, err)
 	}
-	status := statusForError(r.target, err)
+	var status *metav1.Status
+	switch {
+	case errors.Is(err, rewrite.ErrBusy):
+		status = newStatus(http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, fmt.Sprintf("mount %q renames APIs: %v (--rewrite-document-memory-budget); retry", r.mount, err))
+	case errors.Is(err, errUnrewritable):
+		status = newStatus(http.StatusBadGateway, ReasonBadGateway, fmt.Sprintf("mount %q: %v", r.mount, err))
+	default:
+		status = statusForError(r.target, err)
+	}
 	if e, ok := noAgent(req.Context(), err); ok {
 		s := e.Status()
 		status = &s

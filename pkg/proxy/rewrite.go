@@ -20,6 +20,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -131,7 +132,11 @@ func (p *Proxier) rewriteRules(m *mounts.Mount) (*rewrite.Rules, error) {
 
 // rewriting is what a renamed request's response needs.
 type rewriting struct {
-	req rewrite.Request
+	req   rewrite.Request
+	ctx   context.Context // the caller's request
+	mount string
+	// buffers lends the buffer of the answer's first piece.
+	buffers *bufferPool
 	// crdName is the target and presented name of the CRD the request's path names, if
 	// renamed.
 	crdName [2]string
@@ -253,7 +258,7 @@ func (h *requestHandler) rewriteRequest(w http.ResponseWriter, out *http.Request
 		out.Header.Set("Content-Length", strconv.Itoa(len(rewritten)))
 		out.GetBody = nil
 	}
-	h.rewriting = &rewriting{req: rq, crdName: crdName, webhooks: webhooks != ""}
+	h.rewriting = &rewriting{req: rq.WithBudget(out.Context(), h.proxier.RewriteBudget), ctx: out.Context(), mount: h.mount.Name, crdName: crdName, webhooks: webhooks != "", buffers: &h.proxier.buffers}
 	return true
 }
 
@@ -321,6 +326,13 @@ func negotiateJSON(values []string) (string, bool) {
 // response rewrites the target's answer to presented names as it streams: Lists item by
 // item, watches frame by frame. A protobuf or CBOR answer, which the negotiated Accept does
 // not allow, is refused rather than passed with the target's names in it.
+//
+// The answer's status is not sent yet: its first piece (an object, a List's members before
+// its items and the items at hand, up to 32 KiB; a discovery or OpenAPI document) is
+// rewritten here, so that an answer that cannot be rewritten (too deep, too large, malformed)
+// is a 502 naming the mount, and a document the rewrite memory budget has no room for a 503
+// to retry. A List whose later item cannot be rewritten ends broken, as a failing target's
+// would; a watch ends with an ERROR event.
 func (r *rewriting) response(res *http.Response) error {
 	if enc := res.Header.Get("Content-Encoding"); enc != "" && enc != "identity" {
 		return fmt.Errorf("%w: the target answered with Content-Encoding %q", errUnrewritable, enc)
@@ -339,25 +351,162 @@ func (r *rewriting) response(res *http.Response) error {
 		// A Status about the CRD names it in details.name, in target names.
 		data, err := io.ReadAll(io.LimitReader(res.Body, maxStatusBytes))
 		if err != nil {
-			return fmt.Errorf("%w: reading the target's error: %w", errUnrewritable, err)
+			return fmt.Errorf("reading the target's error: %w", err)
 		}
 		body = bytes.NewReader(bytes.ReplaceAll(data, []byte(r.crdName[0]), []byte(r.crdName[1])))
 	}
-	rewritten := r.req.Response(ct, body)
+	target := &targetBody{r: body}
+	rewritten := r.req.Response(ct, target)
+	var primedBody *primed
+	closer, _ := rewritten.(io.Closer) // gives back what a document holds of the budget
 	if r.webhooks {
 		rewritten = admissionrelay.RestoreStream(rewritten, r.req.Watch)
 	}
-	res.Body = rewrittenBody{Reader: rewritten, Closer: res.Body}
+	if r.req.Watch {
+		rewritten = &watchErrors{r: rewritten, ctx: r.ctx, target: target, mount: r.mount}
+	} else {
+		p := &primed{buffers: r.buffers, rest: rewritten}
+		p.buf = r.buffers.Get()
+		var err error
+		for p.end == 0 && err == nil {
+			p.end, err = rewritten.Read(p.buf)
+		}
+		if err != nil && err != io.EOF {
+			p.release()
+			if closer != nil {
+				_ = closer.Close()
+			}
+			return answerError(target, err)
+		}
+		rewritten, primedBody = p, p
+	}
+	res.Body = rewrittenBody{Reader: rewritten, Closer: res.Body, rewriter: closer, primed: primedBody}
 	res.Header.Del("Content-Length")
 	res.ContentLength = -1
 	return nil
 }
 
+// primed is an answer whose first piece was read before its status was sent: that piece
+// (in a buffer of the pool, given back once read), then the rest.
+type primed struct {
+	buffers  *bufferPool
+	buf      []byte
+	off, end int
+	rest     io.Reader
+}
+
+func (p *primed) Read(b []byte) (int, error) {
+	if p.off < p.end {
+		n := copy(b, p.buf[p.off:p.end])
+		p.off += n
+		if p.off == p.end {
+			p.release()
+		}
+		return n, nil
+	}
+	return p.rest.Read(b)
+}
+
+// release gives the buffer back to the pool (once).
+func (p *primed) release() {
+	if p.buf != nil {
+		p.buffers.Put(p.buf)
+		p.buf, p.off, p.end = nil, 0, 0
+	}
+}
+
+// answerError classifies an error of the rewriter: a failure to read the target's answer
+// stays what it is (its Status says what failed, never why), a busy budget stays ErrBusy
+// (503), and an answer that cannot be rewritten is errUnrewritable (502, with the reason).
+func answerError(target *targetBody, err error) error {
+	switch {
+	case target.err != nil || errors.Is(err, rewrite.ErrBusy) || errors.Is(err, errUnrewritable):
+		return err
+	case err == io.ErrUnexpectedEOF:
+		return fmt.Errorf("%w: the answer ends in the middle of a JSON value", errUnrewritable)
+	}
+	return fmt.Errorf("%w: %w", errUnrewritable, err)
+}
+
 var errUnrewritable = errors.New("a renaming mount cannot rewrite the target's answer")
+
+// targetBody reads the target's answer and keeps the first error reading it, so that the
+// rewriter's errors can be told apart: the connection failed, or the answer is what it is.
+type targetBody struct {
+	r   io.Reader
+	err error
+}
+
+func (t *targetBody) Read(p []byte) (int, error) {
+	n, err := t.r.Read(p)
+	if err != nil && err != io.EOF && t.err == nil {
+		t.err = err
+	}
+	return n, err
+}
+
+// watchErrors ends a watch whose next event cannot be rewritten with an ERROR event carrying
+// a 502 Status that names the mount, as kube-apiserver ends a watch it cannot go on with: a
+// reflector sees why, instead of a broken stream. A failure to read the target, and an event
+// cut short because the request ended (the caller left, the server shuts down), end the
+// stream as they would without rewrites.
+type watchErrors struct {
+	r      io.Reader
+	ctx    context.Context
+	target *targetBody
+	mount  string
+	event  []byte // the ERROR event, not read yet
+	ended  bool
+}
+
+func (w *watchErrors) Read(p []byte) (int, error) {
+	if !w.ended {
+		n, err := w.r.Read(p)
+		if err == nil || err == io.EOF {
+			return n, err
+		}
+		unrewritable := answerError(w.target, err)
+		if !errors.Is(unrewritable, errUnrewritable) || w.ctx.Err() != nil {
+			return n, err
+		}
+		w.ended = true
+		w.event = watchErrorEvent(newStatus(http.StatusBadGateway, ReasonBadGateway, fmt.Sprintf("mount %q: %v", w.mount, unrewritable)))
+		if n > 0 {
+			return n, nil
+		}
+	}
+	if len(w.event) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, w.event)
+	w.event = w.event[n:]
+	return n, nil
+}
+
+// watchErrorEvent is an ERROR watch event of status, a line of its own.
+func watchErrorEvent(status *metav1.Status) []byte {
+	obj, _ := json.Marshal(status)
+	ev, _ := json.Marshal(metav1.WatchEvent{Type: "ERROR", Object: runtime.RawExtension{Raw: obj}})
+	return append(ev, '\n')
+}
 
 type rewrittenBody struct {
 	io.Reader
 	io.Closer
+	// rewriter, if set, is closed too: it gives back what it holds of the budget.
+	rewriter io.Closer
+	// primed, if set, gives its buffer back.
+	primed *primed
+}
+
+func (b rewrittenBody) Close() error {
+	if b.rewriter != nil {
+		_ = b.rewriter.Close()
+	}
+	if b.primed != nil {
+		b.primed.release()
+	}
+	return b.Closer.Close()
 }
 
 // protobufMediaType is Kubernetes' protobuf encoding.

@@ -124,10 +124,16 @@ func proxiedGET(tb testing.TB, p *Proxier, m *mounts.Mount, path string) (*reque
 }
 
 func rewriteTestProxier(tb testing.TB) *Proxier {
-	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	return rewriteTestProxierOf(tb, func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"kind":"Namespace","apiVersion":"v1","metadata":{"name":"default","labels":{"kubevirt.io/os":"a"}}}`))
-	}))
+	})
+}
+
+// rewriteTestProxierOf returns a proxier whose mounts' Secret ns/creds names a TLS target
+// served by handler.
+func rewriteTestProxierOf(tb testing.TB, handler http.HandlerFunc) *Proxier {
+	srv := httptest.NewTLSServer(handler)
 	tb.Cleanup(srv.Close)
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: srv.URL, CertificateAuthorityData: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})}

@@ -15,8 +15,11 @@ func (r *Rules) AdmissionReviewToPresented(body []byte) ([]byte, error) {
 	if r == nil {
 		return body, nil
 	}
+	if err := CheckJSON(body); err != nil {
+		return nil, fmt.Errorf("AdmissionReview: %w", err)
+	}
 	doc := gjson.ParseBytes(body)
-	if !doc.IsObject() || !gjson.ValidBytes(body) {
+	if !doc.IsObject() {
 		return nil, fmt.Errorf("AdmissionReview is not a JSON object")
 	}
 	req := doc.Get("request")
@@ -72,8 +75,11 @@ func (r *Rules) AdmissionResponseToTarget(body []byte) ([]byte, error) {
 	if r == nil {
 		return body, nil
 	}
+	if err := CheckJSON(body); err != nil {
+		return nil, fmt.Errorf("AdmissionReview: %w", err)
+	}
 	doc := gjson.ParseBytes(body)
-	if !doc.IsObject() || !gjson.ValidBytes(body) {
+	if !doc.IsObject() {
 		return nil, fmt.Errorf("AdmissionReview is not a JSON object")
 	}
 	resp := doc.Get("response")

@@ -6,6 +6,8 @@ import (
 
 	"github.com/tidwall/gjson"
 	"sigs.k8s.io/yaml"
+
+	"github.com/kcp-dev/mount-apiserver/pkg/yamlbound"
 )
 
 // Body patch and object media types.
@@ -35,8 +37,11 @@ func (q Request) Body(contentType string, body []byte) ([]byte, error) {
 	case mt == mtJSONPatch:
 		return q.rules.jsonPatch(toTarget, body, q.defaultRule())
 	case mt == mtApplyYAML:
-		if !gjson.ValidBytes(body) {
-			j, err := yaml.YAMLToJSON(body)
+		if err := CheckJSON(body); err != nil {
+			if !isSyntaxError(err) {
+				return nil, fmt.Errorf("apply patch: %w", err)
+			}
+			j, err := yamlToJSON(body)
 			if err != nil {
 				return nil, fmt.Errorf("apply patch: %w", err)
 			}
@@ -44,8 +49,8 @@ func (q Request) Body(contentType string, body []byte) ([]byte, error) {
 		}
 		return q.rules.object(toTarget, body, q.hint())
 	case mt == mtMergePatch || mt == mtStrategicPatch || isJSON(mt):
-		if !gjson.ValidBytes(body) {
-			return nil, fmt.Errorf("request body is not valid JSON")
+		if err := CheckJSON(body); err != nil {
+			return nil, fmt.Errorf("request body: %w", err)
 		}
 		out, err := q.rules.object(toTarget, body, q.hint())
 		if err != nil {
@@ -57,6 +62,15 @@ func (q Request) Body(contentType string, body []byte) ([]byte, error) {
 		return out, nil
 	}
 	return nil, &UnsupportedMediaTypeError{ContentType: contentType}
+}
+
+// yamlToJSON converts an apply patch from YAML to JSON, refusing YAML whose aliases expand it
+// beyond maxBody (a few KiB of YAML can stand for gigabytes of JSON).
+func yamlToJSON(y []byte) ([]byte, error) {
+	if err := yamlbound.Check(y, maxBody); err != nil {
+		return nil, err
+	}
+	return yaml.YAMLToJSON(y)
 }
 
 // defaultRule is the group rule of a Resource request.
@@ -110,8 +124,11 @@ func escapePath(s string) string {
 // or as metadata), and values of /apiVersion and /kind. rule is the request's group rule
 // (nil for objects of other groups).
 func (r *Rules) jsonPatch(d direction, body []byte, rule *groupRule) ([]byte, error) {
+	if err := CheckJSON(body); err != nil {
+		return nil, fmt.Errorf("JSON patch: %w", err)
+	}
 	doc := gjson.ParseBytes(body)
-	if !doc.IsArray() || !gjson.ValidBytes(body) {
+	if !doc.IsArray() {
 		return nil, fmt.Errorf("JSON patch must be a JSON array of operations")
 	}
 	// No shortcut by mentions: pointers escape the '/' of key prefixes as "~1".

@@ -1,22 +1,32 @@
 package rewrite
 
 import (
+	"bytes"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 )
 
-// document rewrites a discovery or OpenAPI document whole.
-func (q Request) document(data []byte) ([]byte, error) {
-	if !gjson.ValidBytes(data) {
-		return data, nil // not JSON (an error page): nothing of ours
-	}
-	doc := gjson.ParseBytes(data)
+// document rewrites a checked discovery or OpenAPI document: OpenAPI as it is read, discovery
+// whole.
+func (q Request) document(data []byte, l *lease) (io.Reader, error) {
 	if q.Class == OpenAPI {
-		return q.rules.openAPI(q, data)
+		return q.rules.openAPI(q, data, l)
 	}
+	out, err := q.discoveryDocument(data)
+	if err != nil {
+		return nil, err
+	}
+	return bytes.NewReader(out), nil
+}
+
+// discoveryDocument rewrites a discovery document.
+func (q Request) discoveryDocument(data []byte) ([]byte, error) {
+	// The document is only read while the rewrite is made: no copy of it as a string.
+	doc := gjson.Parse(unsafeString(data))
 	switch kind := doc.Get("kind").String(); kind {
 	case "APIGroupList":
 		return q.rules.groupList(data, doc)

@@ -18,6 +18,16 @@
 // templates and selectors, and the references that CRDs, RBAC roles, webhook configurations,
 // admission policies, access reviews and Events make to groups and resources are renamed.
 //
+// Every byte it reads comes from a caller or a target, both possibly hostile, so nothing
+// recursive sees unchecked input: CheckJSON checks JSON iteratively, at most MaxDepth (10000,
+// as kube-apiserver's decoders) levels deep, before gjson parses it, and the stream scanner
+// counts depth as it reads. A value held while a stream is rewritten (an item, an event) is
+// bounded (64 MiB); so are discovery and OpenAPI documents (64 MiB), which are read whole,
+// refused as soon as they nest too deep, and whose memory is taken from a server-wide Budget
+// (WithBudget). /openapi/v2 and a group's /openapi/v3 document are rewritten as the answer is
+// read, without a copy of the whole. YAML apply patches whose aliases would expand them
+// beyond the body bound are refused (pkg/yamlbound).
+//
 // Known limits: names are only renamed where an API says they are names (free-form strings,
 // such as a ConfigMap's data, pass as they are). A target group or key that already carries a
 // presented name (the upstream kubevirt.io installed next to its renamed fork) is shown as it

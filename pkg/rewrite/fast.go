@@ -133,7 +133,7 @@ func (r *Rules) fastMetadata(d direction, w *walker, meta span, kind string, e *
 					}
 					if name == lastApplied && v.isString(w.b) {
 						s := w.result(v).Str // JSON in a string: unescaped
-						if r.mentionsString(d, s) && gjson.Valid(s) && gjson.Parse(s).IsObject() {
+						if r.mentionsString(d, s) && checkJSON(s, 0) == nil && gjson.Parse(s).IsObject() {
 							if nv, err := r.object(d, []byte(s), typeHint{}); err == nil && string(nv) != s {
 								e.setSpan(v, quote(string(nv)))
 							}

@@ -32,7 +32,7 @@ func TestScannerIndex(t *testing.T) {
 	for _, doc := range docs {
 		// A small reader buffer, so that values span several chunks.
 		s := &scanner{r: bufio.NewReaderSize(bytes.NewReader(doc), 16), max: maxValue, index: true}
-		v, err := s.value(nil)
+		v, err := s.value(nil, 0)
 		if err != nil {
 			t.Fatalf("%s: %v", doc, err)
 		}

@@ -141,8 +141,8 @@ func (r *Rules) objectWith(d direction, data []byte, hint typeHint, sc *scratch)
 		}
 		return nil, fmt.Errorf("not a JSON object")
 	}
-	if !gjson.ValidBytes(data) {
-		return nil, fmt.Errorf("malformed JSON")
+	if err := CheckJSON(data); err != nil {
+		return nil, err
 	}
 	e := &editor{data: data}
 	if sc != nil {
@@ -576,7 +576,7 @@ func (r *Rules) annotations(d direction, obj gjson.Result) (string, bool) {
 			b.WriteString(k.Raw)
 		}
 		b.WriteByte(':')
-		if k.Str == lastApplied && v.Type == gjson.String && r.mentionsString(d, v.Str) && gjson.Valid(v.Str) && gjson.Parse(v.Str).IsObject() {
+		if k.Str == lastApplied && v.Type == gjson.String && r.mentionsString(d, v.Str) && checkJSON(v.Str, 0) == nil && gjson.Parse(v.Str).IsObject() {
 			if nv, err := r.object(d, []byte(v.Str), typeHint{}); err == nil && string(nv) != v.Str {
 				changed = true
 				b.WriteString(quote(string(nv)))

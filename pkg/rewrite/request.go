@@ -1,6 +1,7 @@
 package rewrite
 
 import (
+	"context"
 	"fmt"
 	"net/url"
 	"strings"
@@ -77,6 +78,18 @@ type Request struct {
 	discovery int
 	// openapi is "v2", "v3" (the index) or "v3group".
 	openapi string
+	// budget bounds the memory of whole-document rewrites server-wide; ctx ends the wait
+	// for it (see WithBudget).
+	budget *Budget
+	ctx    context.Context
+}
+
+// WithBudget returns the request with the Budget under which its response's discovery or
+// OpenAPI document is rewritten; ctx (the caller's request) ends a wait for it. Without one,
+// only the document's size is bounded.
+func (q Request) WithBudget(ctx context.Context, b *Budget) Request {
+	q.ctx, q.budget = ctx, b
+	return q
 }
 
 // Request classifies a request by method, path and query (all as the client sent them, in

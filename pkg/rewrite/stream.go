@@ -16,11 +16,15 @@ import (
 // watch event, or the members of a list before its items.
 const maxValue = 64 << 20
 
-// maxDocument bounds a discovery or OpenAPI document, which is rewritten whole.
-const maxDocument = 256 << 20
+// maxDocument bounds a discovery or OpenAPI document, which is read whole: kube-apiserver's
+// /openapi/v2 is some 4 MiB without CRDs and grows by each CRD's schema (kubectl and clients
+// read /openapi/v3's per-group documents instead, a fraction of it); a cluster with a thousand
+// CRDs of typical size stays below this. Each one held is also taken from the Budget.
+const maxDocument = 64 << 20
 
-// ErrTooLarge is returned when one value of a response is larger than the rewriter holds.
-var ErrTooLarge = errors.New("a JSON value of the response is too large to rewrite")
+// ErrTooLarge is wrapped by the errors about a value or document larger than the rewriter
+// holds.
+var ErrTooLarge = errors.New("too large to rewrite")
 
 // scanner reads raw JSON values from a stream.
 type scanner struct {
@@ -68,9 +72,10 @@ func unexpectedEOF(err error) error {
 	return err
 }
 
-// value reads one complete JSON value after whitespace, appended to buf. It checks nesting
-// and strings, not the grammar of literals; rewriting validates what it parses.
-func (s *scanner) value(buf []byte) ([]byte, error) {
+// value reads one complete JSON value after whitespace, appended to buf; outer is how deep
+// the value is nested in the response. It checks nesting (at most MaxDepth in all) and
+// strings, not the grammar of literals; rewriting validates what it parses.
+func (s *scanner) value(buf []byte, outer int) ([]byte, error) {
 	c, err := s.peek()
 	if err != nil {
 		return buf, unexpectedEOF(err)
@@ -127,6 +132,9 @@ func (s *scanner) value(buf []byte) ([]byte, error) {
 						inString = true
 					case '{', '[':
 						depth++
+						if depth+outer > MaxDepth {
+							return buf, fmt.Errorf("%w (at byte %d of a value)", ErrTooDeep, base+i)
+						}
 						if s.index {
 							s.open = append(s.open, int32(base+i))
 						}
@@ -154,7 +162,7 @@ func (s *scanner) value(buf []byte) ([]byte, error) {
 				s.match = s.match[:base+end]
 			}
 			if len(buf)-start > s.max {
-				return buf, ErrTooLarge
+				return buf, s.tooLarge()
 			}
 			if (depth == 0 && !inString) || (end < len(chunk)) {
 				return buf, nil
@@ -177,17 +185,21 @@ func (s *scanner) value(buf []byte) ([]byte, error) {
 			}
 			buf = append(buf, c)
 			if len(buf)-start > s.max {
-				return buf, ErrTooLarge
+				return buf, s.tooLarge()
 			}
 		}
 	}
+}
+
+func (s *scanner) tooLarge() error {
+	return fmt.Errorf("%w: a value of more than %d bytes", ErrTooLarge, s.max)
 }
 
 // response returns the streaming rewriter of a response of this request.
 func (q Request) response(in io.Reader) io.Reader {
 	switch q.Class {
 	case Discovery, OpenAPI:
-		return &documentReader{q: q, in: in}
+		return &documentReader{q: q, in: in, lease: lease{b: q.budget, ctx: q.ctx}}
 	}
 	return &streamReader{q: q, s: &scanner{r: bufio.NewReaderSize(in, 64<<10), max: maxValue, index: true}, watch: q.Watch}
 }
@@ -229,6 +241,10 @@ func (s *streamReader) Read(p []byte) (int, error) {
 	}
 	n := copy(p, s.out[s.off:])
 	s.off += n
+	if s.off == len(s.out) && s.err != nil && s.err != io.EOF {
+		// With the last bytes before it, so that a reader learns of the failure at once.
+		return n, s.err
+	}
 	return n, nil
 }
 
@@ -258,7 +274,7 @@ func (s *streamReader) step() error {
 		if c != '{' {
 			return fmt.Errorf("malformed watch stream: expected an event object, found %q", c)
 		}
-		v, err := s.s.value(s.buf[:0])
+		v, err := s.s.value(s.buf[:0], 0)
 		s.buf = v
 		if err != nil {
 			return err
@@ -322,7 +338,7 @@ func (s *streamReader) step() error {
 			_, _ = s.s.r.ReadByte()
 			comma = true
 		}
-		key, err := s.s.value(s.buf[:0])
+		key, err := s.s.value(s.buf[:0], 1)
 		s.buf = key
 		if err != nil {
 			return err
@@ -379,9 +395,9 @@ func (s *streamReader) step() error {
 			}
 			s.tail = append(s.tail, key...)
 			s.tail = append(s.tail, ':')
-			s.tail, err = s.s.value(s.tail)
+			s.tail, err = s.s.value(s.tail, 1)
 			if err == nil && len(s.tail) > maxValue {
-				err = ErrTooLarge
+				err = s.s.tooLarge()
 			}
 			return err
 		}
@@ -391,9 +407,9 @@ func (s *streamReader) step() error {
 		s.headCount++
 		s.head = append(s.head, key...)
 		s.head = append(s.head, ':')
-		s.head, err = s.s.value(s.head)
+		s.head, err = s.s.value(s.head, 1)
 		if err == nil && len(s.head) > maxValue {
-			err = ErrTooLarge
+			err = s.s.tooLarge()
 		}
 		return err
 	case 2:
@@ -413,7 +429,7 @@ func (s *streamReader) step() error {
 			}
 		}
 		s.first = false
-		v, err := s.s.value(s.buf[:0])
+		v, err := s.s.value(s.buf[:0], 2)
 		s.buf = v
 		if err != nil {
 			return err
@@ -476,8 +492,8 @@ func (r *Rules) hiddenCRD(v []byte) bool {
 // taking apiVersion or kind from the members before them (head, an open object).
 func (r *Rules) listTail(d direction, tail, head []byte) ([]byte, error) {
 	obj := append(append([]byte{'{'}, tail...), '}')
-	if !gjson.ValidBytes(obj) {
-		return nil, fmt.Errorf("malformed JSON after the list's items")
+	if err := CheckJSON(obj); err != nil {
+		return nil, fmt.Errorf("the members after the list's items: %w", err)
 	}
 	h := gjson.ParseBytes(append(append([]byte(nil), head...), '}'))
 	t := gjson.ParseBytes(obj)
@@ -506,41 +522,154 @@ func (r *Rules) listTail(d direction, tail, head []byte) ([]byte, error) {
 	return out[1 : len(out)-1], nil
 }
 
+// nesting follows the depth of JSON read a piece at a time (strings skipped), so that a
+// document nested too deep is refused as soon as it is, rather than once it is read whole.
+type nesting struct {
+	depth             int
+	inString, escaped bool
+}
+
+// scan reads the next piece; it reports false, and where, once the depth passes MaxDepth.
+func (n *nesting) scan(b []byte) (int, bool) {
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if n.inString {
+			switch {
+			case n.escaped:
+				n.escaped = false
+			case c == '\\':
+				n.escaped = true
+			case c == '"':
+				n.inString = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			n.inString = true
+		case '{', '[':
+			if n.depth++; n.depth > MaxDepth {
+				return i, false
+			}
+		case '}', ']':
+			n.depth--
+		}
+	}
+	return 0, true
+}
+
 // row rewrites one Table row: its object, if the table includes objects.
 func (r *Rules) row(v []byte, hint typeHint) ([]byte, error) {
 	if !r.mentions(toPresented, v) {
 		return v, nil
 	}
-	if !gjson.ValidBytes(v) {
-		return nil, fmt.Errorf("malformed JSON")
+	if err := CheckJSON(v); err != nil {
+		return nil, err
 	}
 	e := &editor{data: v}
 	r.rowEdits(toPresented, e, gjson.ParseBytes(v), hint)
 	return e.bytes()
 }
 
-// documentReader reads a discovery or OpenAPI document whole, then returns it rewritten.
+// documentReader reads a discovery or OpenAPI document whole, bounded by maxDocument and by
+// the request's Budget, then returns it rewritten. It gives its share of the budget back once
+// its answer is read to the end, or closed.
 type documentReader struct {
-	q    Request
-	in   io.Reader
-	out  *bytes.Reader
-	done bool
+	q     Request
+	in    io.Reader
+	lease lease
+	out   io.Reader
+	err   error
 }
 
 func (d *documentReader) Read(p []byte) (int, error) {
-	if d.out == nil {
-		data, err := io.ReadAll(io.LimitReader(d.in, maxDocument+1))
-		if err != nil {
-			return 0, err
+	if d.out == nil && d.err == nil {
+		if d.out, d.err = d.load(); d.err != nil {
+			d.lease.release()
 		}
-		if len(data) > maxDocument {
-			return 0, ErrTooLarge
-		}
-		out, err := d.q.document(data)
-		if err != nil {
-			return 0, err
-		}
-		d.out = bytes.NewReader(out)
 	}
-	return d.out.Read(p)
+	if d.err != nil {
+		return 0, d.err
+	}
+	n, err := d.out.Read(p)
+	if err != nil {
+		d.lease.release()
+	}
+	return n, err
+}
+
+// Close gives back what the document holds of the budget.
+func (d *documentReader) Close() error {
+	d.lease.release()
+	return nil
+}
+
+// load reads the document and returns its rewrite.
+func (d *documentReader) load() (io.Reader, error) {
+	data, err := d.readAll()
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckJSON(data); err != nil {
+		if isSyntaxError(err) {
+			return bytes.NewReader(data), nil // not JSON (an error page): nothing of ours
+		}
+		return nil, fmt.Errorf("the document: %w", err)
+	}
+	if !d.q.streamsDocument() {
+		// A discovery document is rewritten whole: its answer and the parts it is made of.
+		if err := d.lease.grow(2 * int64(len(data))); err != nil {
+			return nil, err
+		}
+	}
+	return d.q.document(data, &d.lease)
+}
+
+// readAll reads the document in chunks, then joins them: each chunk, and the whole, is taken
+// from the budget before it is allocated, and the chunks given back once joined. The document
+// is held once, and twice while it is joined (a buffer that doubles as it is read would hold
+// up to twice its size, and three times while it grows).
+func (d *documentReader) readAll() ([]byte, error) {
+	var chunks [][]byte
+	var nest nesting
+	total := 0
+	for {
+		if total > maxDocument {
+			return nil, fmt.Errorf("%w: the document has more than the %d bytes a renaming mount rewrites", ErrTooLarge, maxDocument)
+		}
+		size := min(max(total, 64<<10), 4<<20, maxDocument+1-total)
+		if err := d.lease.grow(int64(size)); err != nil {
+			return nil, err
+		}
+		chunk := make([]byte, size)
+		n, err := io.ReadFull(d.in, chunk)
+		if n < size {
+			// The rest of the chunk is not held.
+			d.lease.shrink(int64(size - n))
+			chunk = chunk[:n:n]
+		}
+		chunks = append(chunks, chunk)
+		if at, ok := nest.scan(chunk); !ok {
+			return nil, fmt.Errorf("the document: %w (at byte %d)", ErrTooDeep, total+at)
+		}
+		total += n
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if len(chunks) == 1 {
+		return chunks[0], nil
+	}
+	if err := d.lease.grow(int64(total)); err != nil {
+		return nil, err
+	}
+	data := make([]byte, 0, total)
+	for _, c := range chunks {
+		data = append(data, c...)
+	}
+	d.lease.shrink(int64(total))
+	return data, nil
 }

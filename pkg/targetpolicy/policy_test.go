@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/tools/clientcmd"
@@ -251,6 +252,17 @@ func TestValidateKubeconfig(t *testing.T) {
 	errs := p.ValidateKubeconfig(path, kubeconfigOf(t, "https://169.254.169.254"))
 	if len(errs) != 1 || errs[0].Type != field.ErrorTypeForbidden || errs[0].Field != "spec.ref" || !strings.Contains(errs[0].Error(), string(ClassMetadata)) {
 		t.Errorf("metadata target: %v", errs)
+	}
+	var bomb strings.Builder
+	bomb.WriteString("apiVersion: v1\nkind: Config\nx: &a " + strings.Repeat("z", 100<<10) + "\ny: [")
+	for range 1000 {
+		bomb.WriteString("*a,")
+	}
+	bomb.WriteString("*a]\n")
+	// 100 MiB of JSON once its aliases are expanded: refused before it is parsed.
+	start := time.Now()
+	if errs := p.ValidateKubeconfig(path, []byte(bomb.String())); len(errs) != 1 || !strings.Contains(errs[0].Error(), "aliases expand") || time.Since(start) > 5*time.Second {
+		t.Errorf("aliases: %v after %v", errs, time.Since(start))
 	}
 	for name, data := range map[string][]byte{
 		"garbage":    []byte("s3cr3t-token: {{"),

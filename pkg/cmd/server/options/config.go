@@ -45,6 +45,7 @@ import (
 	"github.com/kcp-dev/mount-apiserver/pkg/kcp"
 	"github.com/kcp-dev/mount-apiserver/pkg/pki"
 	"github.com/kcp-dev/mount-apiserver/pkg/proxy"
+	"github.com/kcp-dev/mount-apiserver/pkg/rewrite"
 	"github.com/kcp-dev/mount-apiserver/pkg/targetpolicy"
 	"github.com/kcp-dev/mount-apiserver/pkg/tunnel"
 	"github.com/kcp-dev/mount-apiserver/pkg/tunnel/peers"
@@ -143,6 +144,9 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 		MaxUpgrades: o.ProxyMaxUpgrades,
 		// Mounts of one target share a probe result for a third of the probe interval.
 		Probes: &proxy.ProbeCache{TTL: o.StatusProbeInterval / 3},
+	}
+	if o.RewriteDocumentMemoryBudget > 0 {
+		cfg.Extra.Proxier.RewriteBudget = rewrite.NewBudget(o.RewriteDocumentMemoryBudget, rewrite.DefaultBudgetWait)
 	}
 	sessions := tunnel.NewSessions(tunnel.DefaultMetrics(), o.Tunnel.Limits())
 	cfg.Extra.Proxier.Tunnels = sessions

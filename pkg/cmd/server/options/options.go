@@ -48,6 +48,12 @@ const DefaultShutdownWatchTerminationGracePeriod = 5 * time.Second
 // connections, their TLS and copy buffers, four goroutines) to some 250 MB.
 const DefaultProxyMaxUpgrades = 1000
 
+// DefaultRewriteDocumentMemoryBudget bounds the memory of renaming mounts' rewrites of whole
+// discovery and OpenAPI documents, server-wide: a document is held once, and twice while it
+// is read, so two of the largest (64 MiB) fit at once, or some thirty /openapi/v2 of a cluster
+// without CRDs (4 MiB).
+const DefaultRewriteDocumentMemoryBudget = 256 << 20
+
 // Options are the command-line options of mount-apiserver.
 type Options struct {
 	// RootDirectory holds the embedded etcd's data, the generated PKI and the admin kubeconfig.
@@ -72,6 +78,9 @@ type Options struct {
 	ProxyMaxHops int
 	// ProxyMaxUpgrades bounds the upgraded sessions open at once through the proxy (0: none).
 	ProxyMaxUpgrades int
+	// RewriteDocumentMemoryBudget bounds, in bytes, the memory that renaming mounts' rewrites
+	// of whole discovery and OpenAPI documents hold at once (0: each document's own bound only).
+	RewriteDocumentMemoryBudget int64
 	// KcpMode serves cluster-aware paths, /clusters/<logical-cluster>/... and /clusters/*/...
 	KcpMode bool
 	// Kcp says how to meet kcp in kcp mode.
@@ -135,16 +144,17 @@ func NewOptions() *Options {
 		Authorization:    genericoptions.NewDelegatingAuthorizationOptions(),
 		ServingCertHosts: append([]string(nil), DefaultServingCertHosts...),
 
-		ProxyConnectTimeout:       10 * time.Second,
-		ProxyMaxIdleConnsPerMount: 16,
-		ProxyMaxHops:              proxy.DefaultMaxHops,
-		ProxyMaxUpgrades:          DefaultProxyMaxUpgrades,
-		StatusProbeInterval:       30 * time.Second,
-		StatusWorkers:             16,
-		StatusController:          true,
-		Kcp:                       NewKcpOptions(),
-		Tunnel:                    NewTunnelOptions(),
-		TunnelPeers:               peers.NewOptions(),
+		ProxyConnectTimeout:         10 * time.Second,
+		ProxyMaxIdleConnsPerMount:   16,
+		ProxyMaxHops:                proxy.DefaultMaxHops,
+		ProxyMaxUpgrades:            DefaultProxyMaxUpgrades,
+		RewriteDocumentMemoryBudget: DefaultRewriteDocumentMemoryBudget,
+		StatusProbeInterval:         30 * time.Second,
+		StatusWorkers:               16,
+		StatusController:            true,
+		Kcp:                         NewKcpOptions(),
+		Tunnel:                      NewTunnelOptions(),
+		TunnelPeers:                 peers.NewOptions(),
 		LeaderElection: componentbaseconfig.LeaderElectionConfiguration{
 			LeaderElect:       true,
 			LeaseDuration:     metav1.Duration{Duration: 15 * time.Second},
@@ -193,6 +203,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 		"How many mount proxies (of this or other mount-apiservers) one request may pass, counted in the "+proxy.HopsHeader+" header; a request beyond is refused with 508. Bounds loops through mounts whose target leads back to a mount proxy.")
 	fs.IntVar(&o.ProxyMaxUpgrades, "proxy-max-upgrades", o.ProxyMaxUpgrades,
 		"How many upgraded sessions (exec, attach, port-forward through mounts) may be open at once; one more is refused with 429 until one ends. 0: no bound. Each holds two connections, four goroutines and up to 250 KB.")
+	fs.Int64Var(&o.RewriteDocumentMemoryBudget, "rewrite-document-memory-budget", o.RewriteDocumentMemoryBudget,
+		"Bytes of memory that renaming mounts (spec.rewrites) may hold at once, server-wide, to rewrite discovery and OpenAPI documents, which are read whole (each at most 64 MiB, held twice while it is read). A request that finds no room waits up to 5s, then is answered 503 with Retry-After; a document that needs more than the whole budget is answered 502. 0: no budget, only each document's bound.")
 	fs.BoolVar(&o.KcpMode, "kcp-mode", o.KcpMode,
 		"Serve cluster-aware paths as kcp's APIExport virtual storage forwards them: /clusters/<logical-cluster>/apis/mounts.kcp.io/... for every verb, and /clusters/*/... to list and watch across logical clusters. See docs/kcp-mode.md.")
 	fs.StringSliceVar(&o.ProxyAllowedTargets, "proxy-allowed-targets", o.ProxyAllowedTargets,
@@ -328,6 +340,9 @@ func (o CompletedOptions) Validate() error {
 	}
 	if o.ProxyMaxUpgrades < 0 {
 		errs = append(errs, errors.New("--proxy-max-upgrades must not be negative"))
+	}
+	if o.RewriteDocumentMemoryBudget < 0 {
+		errs = append(errs, errors.New("--rewrite-document-memory-budget must not be negative"))
 	}
 	if o.ProxyMaxHops < 1 {
 		errs = append(errs, errors.New("--proxy-max-hops must be at least 1"))
