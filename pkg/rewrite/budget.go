@@ -21,16 +21,57 @@ var ErrBusy = errors.New("the server's memory budget for rewriting whole documen
 // allocated, and gives it back when its answer is read or closed. One that cannot get its
 // share waits at most the Budget's wait, then fails with ErrBusy; one that would need more
 // than the whole Budget fails at once with ErrTooLarge. A nil *Budget bounds nothing.
+//
+// Rewrites take their share piece by piece, so rewrites that hold some and wait for more
+// could wait for each other until all fail. Only the oldest holder, and rewrites that hold
+// nothing yet, wait; any other holder that cannot grow at once fails with ErrBusy and gives
+// its share back, so the oldest always finishes.
 type Budget struct {
 	sem   *semaphore.Weighted
 	size  int64
 	wait  time.Duration
 	inUse atomic.Int64
+
+	mu      sync.Mutex
+	next    uint64
+	holders map[*lease]uint64 // leases holding a share, by the order of their first share
 }
 
 // NewBudget returns a budget of size bytes whose rewrites wait at most wait for their share.
 func NewBudget(size int64, wait time.Duration) *Budget {
-	return &Budget{sem: semaphore.NewWeighted(size), size: size, wait: wait}
+	return &Budget{sem: semaphore.NewWeighted(size), size: size, wait: wait, holders: map[*lease]uint64{}}
+}
+
+// mayWait says whether l may wait for more of the budget: it holds nothing yet, or it is
+// the oldest holder.
+func (b *Budget) mayWait(l *lease) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	seq, ok := b.holders[l]
+	if !ok {
+		return true
+	}
+	for _, s := range b.holders {
+		if s < seq {
+			return false
+		}
+	}
+	return true
+}
+
+func (b *Budget) hold(l *lease) {
+	b.mu.Lock()
+	if _, ok := b.holders[l]; !ok {
+		b.next++
+		b.holders[l] = b.next
+	}
+	b.mu.Unlock()
+}
+
+func (b *Budget) forget(l *lease) {
+	b.mu.Lock()
+	delete(b.holders, l)
+	b.mu.Unlock()
 }
 
 // DefaultBudgetWait is how long a rewrite waits for its share of a Budget.
@@ -66,6 +107,9 @@ func (l *lease) grow(n int64) error {
 		return fmt.Errorf("%w: rewriting this document needs more than the server's rewrite memory budget of %d bytes", ErrTooLarge, l.b.size)
 	}
 	if !l.b.sem.TryAcquire(n) {
+		if !l.b.mayWait(l) {
+			return ErrBusy
+		}
 		parent := l.ctx
 		if parent == nil {
 			parent = context.Background()
@@ -87,6 +131,7 @@ func (l *lease) grow(n int64) error {
 	closed := l.closed
 	if !closed {
 		l.held += n
+		l.b.hold(l) // under l.mu: a release cannot come between and leave l among the holders
 	}
 	l.mu.Unlock()
 	if closed {
@@ -121,6 +166,7 @@ func (l *lease) release() {
 	n := l.held
 	l.held, l.closed = 0, true
 	l.mu.Unlock()
+	l.b.forget(l)
 	if n > 0 {
 		l.b.inUse.Add(-n)
 		l.b.sem.Release(n)
