@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/time/rate"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -67,10 +68,28 @@ const DefaultProbeWait = 250 * time.Millisecond
 type outcome int
 
 const (
-	healthy outcome = iota // status written (or unchanged), target Ready: ordinary interval
-	failing                // status written (or unchanged), not Ready: per-mount backoff
-	pending                // probe still running: no status yet; enqueued when it finishes
+	healthy    outcome = iota // status written (or unchanged), target Ready: ordinary interval
+	failing                   // status written (or unchanged), not Ready: per-mount backoff
+	pending                   // probe still running: no status yet; enqueued when it finishes
+	unresolved                // a Workspace or Redirect mount not Ready: looked up again soon
 )
+
+// A workspace lookup is one cheap read of kcp, and what fixes it (RBAC granted, the workspace
+// created or ready) comes with no event this server sees: a mount not Ready looks again after
+// 0.5 s doubling to 5 s, not the targets' 2 min, and all such mounts together read kcp at
+// most resolveQPS times a second (beyond resolveQPS*5 failing mounts, each waits longer).
+const (
+	resolveBaseDelay = 500 * time.Millisecond
+	resolveMaxDelay  = 5 * time.Second
+	resolveQPS       = 50
+)
+
+func newResolveBackoff() workqueue.TypedRateLimiter[string] {
+	return workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](resolveBaseDelay, resolveMaxDelay),
+		&workqueue.TypedBucketRateLimiter[string]{Limiter: rate.NewLimiter(resolveQPS, 2*resolveQPS)},
+	)
+}
 
 // Controller keeps the status of every Mount.
 type Controller struct {
@@ -85,6 +104,9 @@ type Controller struct {
 	recorder events.EventRecorder
 	opts     Options
 	metrics  *Metrics
+
+	// resolveBackoff spaces the lookups of Workspace and Redirect mounts that are not Ready.
+	resolveBackoff workqueue.TypedRateLimiter[string]
 
 	// mu guards phases, keyed like the queue (Key).
 	mu     sync.Mutex
@@ -114,6 +136,8 @@ func New(client clientset.Interface, informer mountinformers.MountInformer, prob
 		opts:     opts,
 		metrics:  DefaultMetrics(),
 		phases:   map[string]v1alpha1.MountPhase{},
+
+		resolveBackoff: newResolveBackoff(),
 	}
 	c.queue.Store(newWorkQueue())
 	if err := informer.Informer().AddIndexers(cache.Indexers{secretIndex: func(obj any) ([]string, error) {
@@ -238,6 +262,7 @@ func (c *Controller) processNext(ctx context.Context, queue *workQueue) bool {
 		queue.AddRateLimited(name)
 	case result == healthy:
 		queue.Forget(name)
+		c.resolveBackoff.Forget(name)
 		queue.AddAfter(name, wait.Jitter(c.opts.Interval, 0.2))
 	case result == pending:
 		// The worker moves on; the mount comes back when its probe is done, at the latest after
@@ -249,6 +274,8 @@ func (c *Controller) processNext(ctx context.Context, queue *workQueue) bool {
 			case <-ctx.Done():
 			}
 		}()
+	case result == unresolved:
+		queue.AddAfter(name, c.resolveBackoff.When(name))
 	default:
 		// Failing targets are probed again with per-mount backoff.
 		queue.AddRateLimited(name)
@@ -282,6 +309,12 @@ func (c *Controller) reconcile(ctx context.Context, queue *workQueue, key string
 		cancel()
 		status = workspaceStatus(m, ws, err, now)
 		c.metrics.resolved(status)
+		if status.Phase != v1alpha1.MountPhaseReady {
+			if err := c.write(ctx, m, status); err != nil {
+				return failing, nil, err
+			}
+			return unresolved, nil, nil
+		}
 	} else {
 		internal := &mounts.Mount{}
 		if err := v1alpha1.Convert_v1alpha1_Mount_To_mounts_Mount(m, internal, nil); err != nil {

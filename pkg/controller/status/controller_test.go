@@ -2,11 +2,13 @@ package status_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
@@ -23,6 +26,7 @@ import (
 	"github.com/kcp-dev/mount-apiserver/pkg/controller/status"
 	mountsv1alpha1 "github.com/kcp-dev/mount-apiserver/pkg/generated/clientset/versioned/typed/mounts/v1alpha1"
 	informers "github.com/kcp-dev/mount-apiserver/pkg/generated/informers/externalversions"
+	"github.com/kcp-dev/mount-apiserver/pkg/kcp"
 	"github.com/kcp-dev/mount-apiserver/pkg/proxy"
 	"github.com/kcp-dev/mount-apiserver/test/integration/framework"
 )
@@ -275,4 +279,61 @@ func TestRunsAgainAfterLosingTheLease(t *testing.T) {
 	go func() { defer close(done); ctrl.Run(term2) }()
 	defer func() { stop2(); <-done }()
 	waitFor(ctx, t, mountsClient, "second", 20*time.Second, ready)
+}
+
+// grantable is a kcp.WorkspaceResolver whose one workspace is refused until granted, as kcp
+// refuses the provider's read of a Workspace until RBAC in the parent allows it. A test double
+// of our own interface: the resolver over kcp's API is tested against the kcp harness.
+type grantable struct{ granted atomic.Bool }
+
+func (g *grantable) ResolveWorkspace(_ context.Context, path string) (kcp.Workspace, error) {
+	if !g.granted.Load() {
+		return kcp.Workspace{}, apierrors.NewForbidden(schema.GroupResource{Group: "tenancy.kcp.io", Resource: "workspaces"}, "team", errors.New("access denied"))
+	}
+	return kcp.Workspace{Path: path, Cluster: "2x7kq3n1", URL: "https://kcp.example/clusters/2x7kq3n1", Ready: true}, nil
+}
+
+// TestWorkspaceMountFollowsAFixedCause: a Workspace mount that could not be resolved for a
+// while is Ready within seconds of its cause being fixed (it once stayed WorkspaceUnresolved
+// for more than 40 s: its lookups were spaced like probes of a dead target, up to 2 min).
+func TestWorkspaceMountFollowsAFixedCause(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	server := framework.StartInProcess(t, "", func(o *options.Options) { o.StatusController = false })
+	mountsClient := server.Client.MountsV1alpha1().Mounts()
+
+	resolver := &grantable{}
+	factory := informers.NewSharedInformerFactory(server.Client, 0)
+	ctrl, err := status.New(server.Client, factory.Mounts().V1alpha1().Mounts(), &proxy.Proxier{}, nil, status.Options{
+		BaseURL: server.URL, Interval: time.Minute, Workspaces: resolver,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	factory.Start(ctx.Done())
+	done := make(chan struct{})
+	go func() { defer close(done); ctrl.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	m := &v1alpha1.Mount{ObjectMeta: metav1.ObjectMeta{Name: "team"},
+		Spec: v1alpha1.MountSpec{Type: v1alpha1.MountTypeWorkspace, Ref: v1alpha1.ObjectReference{Kind: "Workspace", Name: "root:org:team"}}}
+	if _, err := mountsClient.Create(ctx, m, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(ctx, t, mountsClient, "team", 20*time.Second, func(m *v1alpha1.Mount) bool {
+		c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.ConditionReady)
+		return c != nil && c.Reason == status.ReasonWorkspaceUnresolved
+	})
+	// Long enough for the targets' backoff (1 s doubling) to space looks 16 s apart.
+	time.Sleep(20 * time.Second)
+
+	resolver.granted.Store(true)
+	start := time.Now()
+	waitFor(ctx, t, mountsClient, "team", 30*time.Second, func(m *v1alpha1.Mount) bool { return m.Status.Phase == v1alpha1.MountPhaseReady })
+	took := time.Since(start)
+	t.Logf("after 20 s unresolved, the mount was Ready %v after its cause was fixed", took.Round(time.Millisecond))
+	if took > 8*time.Second {
+		t.Errorf("the mount took %v to follow a fixed cause; want seconds", took)
+	}
 }
