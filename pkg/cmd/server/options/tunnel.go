@@ -40,7 +40,7 @@ func (o *TunnelOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.Int64Var(&o.ConnectionBufferBytes, "tunnel-connection-buffer-bytes", o.ConnectionBufferBytes,
 		"Bytes an agent may send on one tunnel connection that the server has not read yet (it asks the agent to pause at 2 MiB); an agent past it has its session closed. Raise it for links whose bandwidth-delay product is larger than about 14 MiB.")
 	fs.Int64Var(&o.SessionBufferBytes, "tunnel-session-buffer-bytes", o.SessionBufferBytes,
-		"Bytes an agent may send past the 2 MiB at which the server asks it to pause a connection, summed over its session's connections, that the server has not read yet; an agent past it has its session closed. With --tunnel-connection-buffer-bytes, bounds the memory one agent can take on this server beyond 2 MiB per open connection.")
+		"Bytes an agent may send past the 2 MiB at which the server asks it to pause a connection, summed over its session's connections, that the server has not read yet; the connection that receives bytes past it is dropped (its proxied request fails), the session lives on. With --tunnel-connection-buffer-bytes, bounds the memory one agent can take on this server beyond 2 MiB per open connection.")
 }
 
 // Limits are the bounds of each agent's session.
