@@ -115,7 +115,7 @@ func (c *Config) Close() {
 
 // New builds the server and installs the mounts.kcp.io API group.
 func (c CompletedConfig) New() (*Server, error) {
-	c.Generic.BuildHandlerChainFunc = keepAttachCredentials(checkCABundleEncoding(boundYAMLBodies(endLongRunningOnDrain(c.Generic.BuildHandlerChainFunc))))
+	c.Generic.BuildHandlerChainFunc = carryDryRun(keepAttachCredentials(checkCABundleEncoding(boundYAMLBodies(endLongRunningOnDrain(c.Generic.BuildHandlerChainFunc)))))
 	tp := c.Extra.TunnelPeers
 	if tp != nil && (c.Extra.HostClient == nil || c.Extra.Tunnel.Sessions == nil) {
 		tp = nil

@@ -33,6 +33,7 @@ import (
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
 	"github.com/kcp-dev/mount-apiserver/pkg/clusters"
+	"github.com/kcp-dev/mount-apiserver/pkg/dryrun"
 	"github.com/kcp-dev/mount-apiserver/pkg/kcp"
 	"github.com/kcp-dev/mount-apiserver/pkg/rewrite"
 	"github.com/kcp-dev/mount-apiserver/pkg/targetpolicy"
@@ -183,8 +184,17 @@ func MountLabel(cluster clusters.Name, name string) string {
 }
 
 // Handler returns the handler of one proxied request to m at innerPath. Errors returned here
-// are API errors the caller writes as they are.
+// are API errors the caller writes as they are. The handler sends the caller's dryRun, which
+// the server carried past the connect handler under another name (pkg/dryrun), as dryRun.
 func (p *Proxier) Handler(ctx context.Context, m *mounts.Mount, innerPath string) (http.Handler, error) {
+	h, err := p.handler(ctx, m, innerPath)
+	if err != nil {
+		return nil, err
+	}
+	return dryrun.RestoreHandler(h), nil
+}
+
+func (p *Proxier) handler(ctx context.Context, m *mounts.Mount, innerPath string) (http.Handler, error) {
 	caller, ok := genericapirequest.UserFrom(ctx)
 	if !ok {
 		return nil, apierrors.NewUnauthorized("no user in the request")
