@@ -64,17 +64,16 @@ func Restore(rawQuery string) string {
 	return strings.Join(pairs, "&")
 }
 
-// RestoreHandler serves requests with their dryRun restored (Restore) to next.
-func RestoreHandler(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if restored := Restore(req.URL.RawQuery); restored != req.URL.RawQuery {
-			r := *req
-			u := *req.URL
-			u.RawQuery = restored
-			r.URL = &u
-			r.RequestURI = u.RequestURI()
-			req = &r
-		}
-		next.ServeHTTP(w, req)
-	})
+// Restored returns req with its dryRun restored (Restore): req itself when there is none.
+func Restored(req *http.Request) *http.Request {
+	restored := Restore(req.URL.RawQuery)
+	if restored == req.URL.RawQuery {
+		return req
+	}
+	r := *req
+	u := *req.URL
+	u.RawQuery = restored
+	r.URL = &u
+	r.RequestURI = u.RequestURI()
+	return &r
 }

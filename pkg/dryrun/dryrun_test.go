@@ -53,16 +53,17 @@ func TestEscapeRefusesTheParameter(t *testing.T) {
 	}
 }
 
-func TestRestoreHandler(t *testing.T) {
-	var got *http.Request
-	h := RestoreHandler(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { got = r }))
+func TestRestored(t *testing.T) {
 	escaped, _ := Escape("dryRun=All&fieldManager=m")
 	req := httptest.NewRequest(http.MethodPatch, "/apis/x?"+escaped, nil)
-	h.ServeHTTP(httptest.NewRecorder(), req)
+	got := Restored(req)
 	if got.URL.RawQuery != "dryRun=All&fieldManager=m" || got.RequestURI != "/apis/x?dryRun=All&fieldManager=m" {
 		t.Errorf("restored %q (%q)", got.URL.RawQuery, got.RequestURI)
 	}
 	if req.URL.RawQuery != escaped {
 		t.Errorf("the original request changed: %q", req.URL.RawQuery)
+	}
+	if plain := httptest.NewRequest(http.MethodGet, "/x?a=b", nil); Restored(plain) != plain {
+		t.Error("a request without the parameter was copied")
 	}
 }

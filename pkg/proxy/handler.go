@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -184,14 +185,21 @@ func MountLabel(cluster clusters.Name, name string) string {
 }
 
 // Handler returns the handler of one proxied request to m at innerPath. Errors returned here
-// are API errors the caller writes as they are. The handler sends the caller's dryRun, which
-// the server carried past the connect handler under another name (pkg/dryrun), as dryRun.
+// are API errors the caller writes as they are; failures of the hop to the target are
+// answered by the handler (hopFailure). The handler sends the caller's dryRun, which the
+// server carried past the connect handler under another name (pkg/dryrun), as dryRun.
 func (p *Proxier) Handler(ctx context.Context, m *mounts.Mount, innerPath string) (http.Handler, error) {
 	h, err := p.handler(ctx, m, innerPath)
-	if err != nil {
+	var ce *CredentialsError
+	switch {
+	case errors.As(err, &ce):
+		// A failure of the hop: answered as the proxy answers the others.
+		status := ce.Status()
+		return newHopFailure(m.Name, &status, innerPath), nil
+	case err != nil:
 		return nil, err
 	}
-	return dryrun.RestoreHandler(h), nil
+	return h, nil
 }
 
 func (p *Proxier) handler(ctx context.Context, m *mounts.Mount, innerPath string) (http.Handler, error) {
@@ -306,6 +314,8 @@ type requestHandler struct {
 	// response of a rewritten request needs (rewrite.go).
 	rules     *rewrite.Rules
 	rewriting *rewriting
+	// answered: the target's response was replaced by this server's answer (refusedCredentials).
+	answered bool
 }
 
 // scrubbedHeaders never travel from the caller to the target: the caller's credentials and
@@ -373,6 +383,7 @@ func hops(h http.Header) (int, error) {
 }
 
 func (h *requestHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	req = dryrun.Restored(req)
 	start := time.Now()
 	metrics := h.proxier.Metrics
 	recording := metrics.start(h.label, h.mount.UID)
@@ -461,12 +472,24 @@ func (h *requestHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		Hijack: func(next httpsnoop.HijackFunc) httpsnoop.HijackFunc {
 			return func() (net.Conn, *bufio.ReadWriter, error) {
 				guard.hijacked()
-				return next()
+				conn, rw, err := next()
+				if err != nil {
+					return conn, rw, err
+				}
+				// The handler echoes a target's refusal of the upgrade as it is.
+				return &refusedUpgradeConn{Conn: conn, replace: func() []byte {
+					klog.FromContext(ctx).V(2).Info("The target refused the mount's credentials", "mount", h.mount.Name, "target", h.target.Base.Host)
+					var b bytes.Buffer
+					res := newHopFailure(h.mount.Name, credentialsRefused(h.mount, h.target.Base.Host), h.innerPath).response(out)
+					res.Close = true
+					_ = res.Write(&b)
+					return b.Bytes()
+				}}, rw, nil
 			}
 		},
 	})
 	rt, upgradeRT := h.target.RoundTrippers(h.imp)
-	proxy := utilproxy.NewUpgradeAwareHandler(&location, rt, false, false, responder{mount: h.mount.Name, target: h.target.Base.Host, guard: guard})
+	proxy := utilproxy.NewUpgradeAwareHandler(&location, rt, false, false, responder{mount: h.mount.Name, target: h.target.Base.Host, innerPath: h.innerPath, guard: guard})
 	proxy.UpgradeTransport = upgradeRT
 	proxy.UseLocationHost = true
 	proxy.ServeHTTP(w, out)
@@ -497,9 +520,9 @@ func (h *requestHandler) authorizeUpgrade(ctx context.Context) apierrors.APIStat
 		fmt.Errorf("upgrade requests (exec, attach, port-forward) also need verb \"create\" on mounts/proxy: %s", reason))
 }
 
-// responder writes failures to reach the target as metav1.Status.
+// responder writes failures to reach the target as metav1.Status naming the mount.
 type responder struct {
-	mount, target string
+	mount, target, innerPath string
 	// guard, for upgrades, knows when the answer's deadline passed.
 	guard *upgradeGuard
 }
@@ -526,5 +549,5 @@ func (r responder) Error(w http.ResponseWriter, req *http.Request, err error) {
 		status = &s
 	}
 	klog.FromContext(req.Context()).V(2).Info("Proxying failed", "mount", r.mount, "code", status.Code, "err", err.Error())
-	writeStatus(w, status)
+	newHopFailure(r.mount, status, r.innerPath).ServeHTTP(w, req)
 }

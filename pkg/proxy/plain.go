@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"k8s.io/klog/v2"
 )
 
 // copyBufferSize is the size of the buffers a proxied response is copied through: what
@@ -66,19 +68,29 @@ func (h *requestHandler) servePlain(w http.ResponseWriter, out *http.Request, rt
 		FlushInterval: plainFlushInterval,
 		BufferPool:    &h.proxier.buffers,
 		ErrorLog:      h.target.errorLog,
-		ErrorHandler:  responder{mount: h.mount.Name, target: h.target.Base.Host}.Error,
+		ErrorHandler:  responder{mount: h.mount.Name, target: h.target.Base.Host, innerPath: h.innerPath}.Error,
+	}
+	// A target's 401 refuses the mount's credentials, never the caller's (credentialsRefused).
+	proxy.ModifyResponse = func(res *http.Response) error {
+		if res.StatusCode == http.StatusUnauthorized {
+			h.refusedCredentials(res)
+		}
+		return nil
 	}
 	if streaming {
+		refused := proxy.ModifyResponse
 		proxy.ModifyResponse = func(res *http.Response) error {
+			_ = refused(res)
 			res.Body = endOnShutdown{ReadCloser: res.Body, ctx: out.Context()}
 			return nil
 		}
 	}
 	if h.rewriting != nil {
-		shutdown := proxy.ModifyResponse
+		before := proxy.ModifyResponse
 		proxy.ModifyResponse = func(res *http.Response) error {
-			if shutdown != nil {
-				_ = shutdown(res)
+			_ = before(res)
+			if h.answered {
+				return nil // this server's answer, in presented names already
 			}
 			return h.rewriting.response(res)
 		}
@@ -121,4 +133,13 @@ func (stderrUnlessPanic) Write(p []byte) (int, error) {
 		return len(p), nil
 	}
 	return os.Stderr.Write(p)
+}
+
+// refusedCredentials turns a target's 401 into this server's answer: the caller's
+// credentials never reach the target, the mount's did (credentialsRefused).
+func (h *requestHandler) refusedCredentials(res *http.Response) {
+	klog.FromContext(res.Request.Context()).V(2).Info("The target refused the mount's credentials", "mount", h.mount.Name, "target", h.target.Base.Host)
+	_ = res.Body.Close()
+	*res = *newHopFailure(h.mount.Name, credentialsRefused(h.mount, h.target.Base.Host), h.innerPath).response(res.Request)
+	h.answered = true
 }

@@ -169,3 +169,13 @@ func runKubectlWith(ctx context.Context, bin, cache, kubeconfig, stdin string, t
 	}
 	return r
 }
+
+// loadAverage is the machine's load (the first three fields of /proc/loadavg), to go with
+// timings.
+func loadAverage() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.Join(strings.Fields(string(data))[:3], " ")
+}

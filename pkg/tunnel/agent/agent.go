@@ -240,8 +240,8 @@ func (a *Agent) dial(ctx context.Context, network, address string) (net.Conn, er
 }
 
 // noCredentials answers tunnel.AddressAgent on an agent without credentials for its target.
+// No Retry-After: the hub passes the answer on, and client-go would wait for it ten times.
 func noCredentials(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Retry-After", "30")
 	tunnel.WriteStatus(w, &metav1.Status{
 		Code:    http.StatusServiceUnavailable,
 		Reason:  metav1.StatusReasonServiceUnavailable,
