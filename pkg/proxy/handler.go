@@ -74,10 +74,29 @@ type Proxier struct {
 	// OpenAPI documents hold at once, server-wide; nil bounds only each document's size.
 	RewriteBudget *rewrite.Budget
 
+	// observer, if set (SetObserver), hears when requests through a URL mount begin to reach
+	// its target or stop reaching it.
+	observer atomic.Pointer[Observer]
+
 	// Kcp is the provider's client configuration for kcp (--kcp-kubeconfig): Workspace mounts
 	// are proxied to its host, kcp's base URL, with its credentials, impersonating the
 	// caller. nil serves no Workspace mounts.
 	Kcp *rest.Config
+}
+
+// Observer hears what requests through a mount found when it differs from what the previous
+// requests to the mount's target found: reached says the target answered, false that the hop
+// to it failed. It runs on the request's goroutine and must not block.
+type Observer func(ctx context.Context, m *mounts.Mount, reached bool)
+
+// SetObserver sets the observer of requests (the status controller's, which then follows the
+// proxy at once instead of at the mount's next probe); nil removes it.
+func (p *Proxier) SetObserver(o Observer) {
+	if o == nil {
+		p.observer.Store(nil)
+		return
+	}
+	p.observer.Store(&o)
 }
 
 func (p *Proxier) maxHops() int {
@@ -316,6 +335,9 @@ type requestHandler struct {
 	rewriting *rewriting
 	// answered: the target's response was replaced by this server's answer (refusedCredentials).
 	answered bool
+	// reached: the target answered; hopFailed: the hop failed (responder, refusedCredentials).
+	// Only the request's own goroutines set them, before ServeHTTP reads them at its end.
+	reached, hopFailed atomic.Bool
 }
 
 // scrubbedHeaders never travel from the caller to the target: the caller's credentials and
@@ -401,6 +423,7 @@ func (h *requestHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		},
 	})
 	defer func() { metrics.finish(recording, req.Method, code, written, time.Since(start)) }()
+	defer h.observe(req.Context())
 
 	ctx := withMount(req.Context(), h.label, h.mount.UID)
 	if h.mount.Spec.Tunnel != nil {
@@ -472,12 +495,14 @@ func (h *requestHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		Hijack: func(next httpsnoop.HijackFunc) httpsnoop.HijackFunc {
 			return func() (net.Conn, *bufio.ReadWriter, error) {
 				guard.hijacked()
+				h.reached.Store(true)
 				conn, rw, err := next()
 				if err != nil {
 					return conn, rw, err
 				}
 				// The handler echoes a target's refusal of the upgrade as it is.
 				return &refusedUpgradeConn{Conn: conn, replace: func() []byte {
+					h.hopFailed.Store(true)
 					klog.FromContext(ctx).V(2).Info("The target refused the mount's credentials", "mount", h.mount.Name, "target", h.target.Base.Host)
 					var b bytes.Buffer
 					res := newHopFailure(h.mount.Name, credentialsRefused(h.mount, h.target.Base.Host), h.innerPath).response(out)
@@ -489,7 +514,7 @@ func (h *requestHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		},
 	})
 	rt, upgradeRT := h.target.RoundTrippers(h.imp)
-	proxy := utilproxy.NewUpgradeAwareHandler(&location, rt, false, false, responder{mount: h.mount.Name, target: h.target.Base.Host, innerPath: h.innerPath, guard: guard})
+	proxy := utilproxy.NewUpgradeAwareHandler(&location, rt, false, false, responder{mount: h.mount.Name, target: h.target.Base.Host, innerPath: h.innerPath, guard: guard, failed: &h.hopFailed})
 	proxy.UpgradeTransport = upgradeRT
 	proxy.UseLocationHost = true
 	proxy.ServeHTTP(w, out)
@@ -525,6 +550,8 @@ type responder struct {
 	mount, target, innerPath string
 	// guard, for upgrades, knows when the answer's deadline passed.
 	guard *upgradeGuard
+	// failed, if set, is set when the responder answers a failure.
+	failed *atomic.Bool
 }
 
 func (r responder) Error(w http.ResponseWriter, req *http.Request, err error) {
@@ -549,5 +576,31 @@ func (r responder) Error(w http.ResponseWriter, req *http.Request, err error) {
 		status = &s
 	}
 	klog.FromContext(req.Context()).V(2).Info("Proxying failed", "mount", r.mount, "code", status.Code, "err", err.Error())
+	if r.failed != nil {
+		r.failed.Store(true)
+	}
 	newHopFailure(r.mount, status, r.innerPath).ServeHTTP(w, req)
+}
+
+// observe tells the Observer what this request found when that differs from what the
+// previous request to the mount's Target found: the Target keeps the last finding, so a
+// mount under steady use costs its observer nothing. Workspace mounts share one Target (kcp)
+// and their status comes from their workspace, not from requests.
+func (h *requestHandler) observe(ctx context.Context) {
+	observer := h.proxier.observer.Load()
+	if observer == nil || h.mount.Spec.Type != mounts.MountTypeURL {
+		return
+	}
+	var found int32
+	switch {
+	case h.hopFailed.Load():
+		found = targetFailed
+	case h.reached.Load():
+		found = targetReached
+	default:
+		return // the caller went away first: nothing was found
+	}
+	if h.target.found.Swap(found) != found {
+		(*observer)(ctx, h.mount, found == targetReached)
+	}
 }

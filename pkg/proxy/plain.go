@@ -68,13 +68,15 @@ func (h *requestHandler) servePlain(w http.ResponseWriter, out *http.Request, rt
 		FlushInterval: plainFlushInterval,
 		BufferPool:    &h.proxier.buffers,
 		ErrorLog:      h.target.errorLog,
-		ErrorHandler:  responder{mount: h.mount.Name, target: h.target.Base.Host, innerPath: h.innerPath}.Error,
+		ErrorHandler:  responder{mount: h.mount.Name, target: h.target.Base.Host, innerPath: h.innerPath, failed: &h.hopFailed}.Error,
 	}
 	// A target's 401 refuses the mount's credentials, never the caller's (credentialsRefused).
 	proxy.ModifyResponse = func(res *http.Response) error {
 		if res.StatusCode == http.StatusUnauthorized {
 			h.refusedCredentials(res)
+			return nil
 		}
+		h.reached.Store(true)
 		return nil
 	}
 	if streaming {
@@ -142,4 +144,5 @@ func (h *requestHandler) refusedCredentials(res *http.Response) {
 	_ = res.Body.Close()
 	*res = *newHopFailure(h.mount.Name, credentialsRefused(h.mount, h.target.Base.Host), h.innerPath).response(res.Request)
 	h.answered = true
+	h.hopFailed.Store(true)
 }
