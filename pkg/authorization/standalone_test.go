@@ -108,3 +108,19 @@ func rulesAllow(rules []authorizer.ResourceRuleInfo, a authorizer.Attributes) bo
 	}
 	return false
 }
+
+func TestValidateGroup(t *testing.T) {
+	for group, want := range map[string]string{
+		AdminsGroup: "", EditorsGroup: "", ViewersGroup: "", AgentGroupPrefix + "edge": "", "team-a": "", "oidc:devs": "",
+		"mount-apiserver:admin":        `"mount-apiserver:admin" is not a group of the standalone server; its groups are mount-apiserver:admins, mount-apiserver:editors, mount-apiserver:viewers and mount-apiserver:agent:<mount name>`,
+		"mount-apiserver:agent:":       `"mount-apiserver:agent:": "" is not a mount name`,
+		"mount-apiserver:agent:Edge_1": `"mount-apiserver:agent:Edge_1": "Edge_1" is not a mount name`,
+		"system:masters":               `"system:masters": the groups of system: are the server's own; mount-apiserver:admins may do everything`,
+		"":                             "empty group",
+	} {
+		err := ValidateGroup(group)
+		if (want == "") != (err == nil) || err != nil && !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", group, err, want)
+		}
+	}
+}
