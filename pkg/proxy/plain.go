@@ -104,10 +104,12 @@ func (h *requestHandler) servePlain(w http.ResponseWriter, out *http.Request, rt
 // still open once it has drained the others.
 var ErrShuttingDown = errors.New("the server is shutting down")
 
-// endOnShutdown ends a streamed body as finished when its request was cancelled because the
-// server shuts down, as kube-apiserver ends its own watches and logs: the caller (kubectl logs
-// -f, a reflector) sees the stream end, not a failure. Otherwise the reverse proxy aborts the
-// response, which HTTP/2 callers get as INTERNAL_ERROR.
+// endOnShutdown ends a streamed body as finished when its request ended: the server shuts down
+// (ErrShuttingDown), as kube-apiserver ends its own watches and logs, so that the caller
+// (kubectl logs -f, a reflector) sees the stream end, not a failure; or the caller left (a
+// watch closed), where nobody reads what follows. Otherwise the reverse proxy aborts the
+// response (http.ErrAbortHandler), which HTTP/2 callers get as INTERNAL_ERROR and the server
+// logs as an error ("Timeout or abort while handling") for every watch a client closes.
 type endOnShutdown struct {
 	io.ReadCloser
 	ctx context.Context
@@ -115,7 +117,7 @@ type endOnShutdown struct {
 
 func (b endOnShutdown) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	if err != nil && err != io.EOF && errors.Is(context.Cause(b.ctx), ErrShuttingDown) {
+	if err != nil && err != io.EOF && b.ctx.Err() != nil {
 		err = io.EOF
 	}
 	return n, err

@@ -42,6 +42,12 @@ const mountedUser = "alice"
 
 func startMountedTarget(t *testing.T) *mountedTarget {
 	t.Helper()
+	return startMountedTargetOn(t, nil)
+}
+
+// startMountedTargetOn is startMountedTarget on hub (nil: a new in-process server).
+func startMountedTargetOn(t *testing.T, hub *framework.Server) *mountedTarget {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	kube, err := framework.StartKubeAPIServer(ctx, t.TempDir())
@@ -49,7 +55,9 @@ func startMountedTarget(t *testing.T) *mountedTarget {
 		t.Fatal(err)
 	}
 	t.Cleanup(kube.Stop)
-	hub := framework.StartInProcess(t, "", nil)
+	if hub == nil {
+		hub = framework.StartInProcess(t, "", nil)
+	}
 	m := &mountedTarget{kube: kube, hub: hub, kubectl: kubectlBinary(t), cache: t.TempDir()}
 
 	groups := []string{authorization.EditorsGroup}
