@@ -23,7 +23,8 @@ import (
 	"github.com/kcp-dev/mount-apiserver/pkg/targetpolicy"
 )
 
-// RetryAfterSeconds is what a 429 of this server's own bounds asks clients to wait. Failures
+// RetryAfterSeconds is what a 429 (or a 503 of the rewrite memory budget) of this server's own
+// bounds asks clients to wait. Failures
 // of the hop to a target carry no Retry-After: client-go retries an answer with one ten
 // times, sleeping as told, and kubectl waited 50 to 160 s for a dead mount's reason. Clients
 // that run on (reflectors, work queues) back off by themselves.

@@ -566,6 +566,8 @@ func (r responder) Error(w http.ResponseWriter, req *http.Request, err error) {
 	switch {
 	case errors.Is(err, rewrite.ErrBusy):
 		status = newStatus(http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, fmt.Sprintf("mount %q renames APIs: %v (--rewrite-document-memory-budget); retry", r.mount, err))
+		// This server's own bound, not the hop: clients wait as for its 429s.
+		w.Header().Set("Retry-After", RetryAfterSeconds)
 	case errors.Is(err, errUnrewritable):
 		status = newStatus(http.StatusBadGateway, ReasonBadGateway, fmt.Sprintf("mount %q: %v", r.mount, err))
 	default:
