@@ -5,8 +5,8 @@ import (
 	"os"
 
 	genericapiserver "k8s.io/apiserver/pkg/server"
-	"k8s.io/component-base/cli"
 
+	"github.com/kcp-dev/mount-apiserver/pkg/cli"
 	"github.com/kcp-dev/mount-apiserver/pkg/tunnel/agent"
 )
 

@@ -6,8 +6,8 @@ import (
 	"runtime/debug"
 
 	genericapiserver "k8s.io/apiserver/pkg/server"
-	"k8s.io/component-base/cli"
 
+	"github.com/kcp-dev/mount-apiserver/pkg/cli"
 	"github.com/kcp-dev/mount-apiserver/pkg/cmd/server"
 )
 

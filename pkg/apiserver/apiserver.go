@@ -7,8 +7,11 @@ import (
 	"net/http"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/features"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
@@ -28,6 +31,7 @@ import (
 	"github.com/kcp-dev/mount-apiserver/pkg/proxy"
 	mountsregistry "github.com/kcp-dev/mount-apiserver/pkg/registry/mounts"
 	secretsregistry "github.com/kcp-dev/mount-apiserver/pkg/registry/secrets"
+	"github.com/kcp-dev/mount-apiserver/pkg/registry/selfreviews"
 	"github.com/kcp-dev/mount-apiserver/pkg/tunnel"
 )
 
@@ -115,7 +119,7 @@ func (c *Config) Close() {
 
 // New builds the server and installs the mounts.kcp.io API group.
 func (c CompletedConfig) New() (*Server, error) {
-	c.Generic.BuildHandlerChainFunc = keepAttachCredentials(checkCABundleEncoding(boundYAMLBodies(endLongRunningOnDrain(c.Generic.BuildHandlerChainFunc))))
+	c.Generic.BuildHandlerChainFunc = carryDryRun(keepAttachCredentials(checkCABundleEncoding(boundYAMLBodies(endLongRunningOnDrain(c.Generic.BuildHandlerChainFunc)))))
 	tp := c.Extra.TunnelPeers
 	if tp != nil && (c.Extra.HostClient == nil || c.Extra.Tunnel.Sessions == nil) {
 		tp = nil
@@ -184,6 +188,10 @@ func (c CompletedConfig) New() (*Server, error) {
 		if err := generic.InstallLegacyAPIGroup(genericapiserver.DefaultLegacyAPIPrefix, &core); err != nil {
 			return nil, fmt.Errorf("installing core v1 Secrets: %w", err)
 		}
+	}
+
+	if err := installSelfReviews(generic, c.Generic.Authorization.Authorizer, c.Generic.RuleResolver); err != nil {
+		return nil, err
 	}
 
 	routes, err := NewProxyRoutes(generic.Handler.GoRestfulContainer)
@@ -312,5 +320,23 @@ func (s *Server) Run(ctx context.Context) error {
 		return cause
 	}
 	klog.FromContext(ctx).Info("Server stopped")
+	return nil
+}
+
+// installSelfReviews serves kubectl auth whoami and can-i (also --list) with this server's
+// own authentication and authorizer (pkg/registry/selfreviews).
+func installSelfReviews(generic *genericapiserver.GenericAPIServer, authz authorizer.Authorizer, rules authorizer.RuleResolver) error {
+	authn := genericapiserver.NewDefaultAPIGroupInfo(authenticationv1.GroupName, Scheme, ParameterCodec, Codecs)
+	authn.VersionedResourcesStorageMap[authenticationv1.SchemeGroupVersion.Version] = map[string]rest.Storage{
+		selfreviews.SelfSubjectReviews.Resource: selfreviews.NewSubjectReviewREST(),
+	}
+	authzGroup := genericapiserver.NewDefaultAPIGroupInfo(authorizationv1.GroupName, Scheme, ParameterCodec, Codecs)
+	authzGroup.VersionedResourcesStorageMap[authorizationv1.SchemeGroupVersion.Version] = map[string]rest.Storage{
+		selfreviews.SelfSubjectAccessReviews.Resource: selfreviews.NewAccessReviewREST(authz),
+		selfreviews.SelfSubjectRulesReviews.Resource:  selfreviews.NewRulesReviewREST(rules),
+	}
+	if err := generic.InstallAPIGroups(&authn, &authzGroup); err != nil {
+		return fmt.Errorf("installing the self reviews: %w", err)
+	}
 	return nil
 }

@@ -1,6 +1,8 @@
 package apiserver
 
 import (
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -30,6 +32,15 @@ func init() {
 	for _, gv := range []schema.GroupVersion{CoreV1, {Group: "", Version: runtime.APIVersionInternal}} {
 		Scheme.AddKnownTypes(gv, &corev1.Secret{}, &corev1.SecretList{})
 	}
+	// The self reviews (pkg/registry/selfreviews), the same way.
+	for _, gv := range []schema.GroupVersion{authenticationv1.SchemeGroupVersion, {Group: authenticationv1.GroupName, Version: runtime.APIVersionInternal}} {
+		Scheme.AddKnownTypes(gv, &authenticationv1.SelfSubjectReview{})
+	}
+	for _, gv := range []schema.GroupVersion{authorizationv1.SchemeGroupVersion, {Group: authorizationv1.GroupName, Version: runtime.APIVersionInternal}} {
+		Scheme.AddKnownTypes(gv, &authorizationv1.SelfSubjectAccessReview{}, &authorizationv1.SelfSubjectRulesReview{})
+	}
+	metav1.AddToGroupVersion(Scheme, authenticationv1.SchemeGroupVersion)
+	metav1.AddToGroupVersion(Scheme, authorizationv1.SchemeGroupVersion)
 
 	// Options and status objects of the generic endpoints are served as meta/v1.
 	metav1.AddToGroupVersion(Scheme, schema.GroupVersion{Version: "v1"})

@@ -118,6 +118,8 @@ func startStatusController(cfg StatusConfig, proxier *proxy.Proxier, sessions *t
 		if ws, ok := proxier.Secrets.(*proxy.WatchedSecrets); ok {
 			ws.OnChange(ctrl.SecretChanged)
 		}
+		// What requests through a mount find moves its status at once (Observed).
+		proxier.SetObserver(ctrl.Observed)
 		factory.Start(hookCtx.Done())
 		if cfg.KcpMode {
 			go mountInformer.Informer().RunWithContext(hookCtx)

@@ -2,7 +2,9 @@ package authorization
 
 import (
 	"context"
+	"fmt"
 	"slices"
+	"sort"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -29,19 +31,72 @@ const (
 	AgentGroupPrefix = "mount-apiserver:agent:"
 )
 
+// Groups are the groups of the standalone server with fixed rights, in the order of their
+// rights, most first.
+var Groups = []string{AdminsGroup, EditorsGroup, ViewersGroup}
+
 var (
-	readVerbs  = sets.New("get", "list", "watch")
-	writeVerbs = sets.New("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
-	// discovery is what every authenticated user may read, as Kubernetes'
-	// system:discovery and system:public-info-viewer roles allow.
+	readVerbs  = []string{"get", "list", "watch"}
+	writeVerbs = []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}
+	// discovery is what every user may read, as Kubernetes' system:discovery and
+	// system:public-info-viewer roles allow.
 	discovery = []string{"/api", "/apis", "/openapi", "/version", "/healthz", "/livez", "/readyz"}
 )
 
+// grant allows verbs (nil: every verb) on resource ("mounts", "mounts/status", ...) of an API
+// group.
+type grant struct {
+	apiGroup, resource string
+	verbs              []string
+}
+
+func (g grant) allows(a authorizer.Attributes) bool {
+	resource := a.GetResource()
+	if a.GetSubresource() != "" {
+		resource += "/" + a.GetSubresource()
+	}
+	return a.GetAPIGroup() == g.apiGroup && resource == g.resource && (g.verbs == nil || slices.Contains(g.verbs, a.GetVerb()))
+}
+
+func (g grant) rule() authorizer.ResourceRuleInfo {
+	verbs := g.verbs
+	if verbs == nil {
+		verbs = []string{"*"}
+	}
+	return &authorizer.DefaultResourceRuleInfo{Verbs: verbs, APIGroups: []string{g.apiGroup}, Resources: []string{g.resource}}
+}
+
+// Self reviews (whoami, can-i) are every authenticated user's, as Kubernetes' system:basic-user
+// role grants them.
+var selfReviews = []grant{
+	{"authentication.k8s.io", "selfsubjectreviews", []string{"create"}},
+	{"authorization.k8s.io", "selfsubjectaccessreviews", []string{"create"}},
+	{"authorization.k8s.io", "selfsubjectrulesreviews", []string{"create"}},
+}
+
+// grants are the rights of the editors and viewers.
+var grants = map[string][]grant{
+	EditorsGroup: {
+		{mounts.GroupName, "mounts", writeVerbs},
+		{mounts.GroupName, "mounts/status", readVerbs},
+		{mounts.GroupName, "mounts/proxy", nil},
+		{"", "secrets", writeVerbs},
+	},
+	ViewersGroup: {
+		{mounts.GroupName, "mounts", readVerbs},
+		{mounts.GroupName, "mounts/status", readVerbs},
+		{mounts.GroupName, "mounts/proxy", []string{"get"}},
+	},
+}
+
 // Standalone authorizes by the groups above; system:masters (the loopback client) may do
-// everything.
+// everything. It also says what a user may do (RulesFor), for SelfSubjectRulesReviews.
 type Standalone struct{}
 
-var _ authorizer.Authorizer = Standalone{}
+var (
+	_ authorizer.Authorizer   = Standalone{}
+	_ authorizer.RuleResolver = Standalone{}
+)
 
 // ConditionsAwareAuthorize is not conditions-aware: it converts the Authorize decision.
 func (s Standalone) ConditionsAwareAuthorize(ctx context.Context, a authorizer.Attributes) authorizer.ConditionsAwareDecision {
@@ -59,39 +114,102 @@ func (Standalone) Authorize(_ context.Context, a authorizer.Attributes) (authori
 	if u == nil {
 		return authorizer.DecisionNoOpinion, "no user", nil
 	}
-	groups := u.GetGroups()
-	switch {
-	case slices.Contains(groups, user.SystemPrivilegedGroup), slices.Contains(groups, AdminsGroup):
+	if allowed(u.GetGroups(), a) {
 		return authorizer.DecisionAllow, "", nil
-	case !a.IsResourceRequest():
-		path := a.GetPath()
-		if a.GetVerb() == "get" && slices.ContainsFunc(discovery, func(p string) bool { return path == p || strings.HasPrefix(path, p+"/") }) {
-			return authorizer.DecisionAllow, "", nil
-		}
+	}
+	if !a.IsResourceRequest() {
 		return authorizer.DecisionNoOpinion, "", nil
 	}
-	mountsResource := a.GetAPIGroup() == mounts.GroupName && a.GetResource() == "mounts"
-	secrets := a.GetAPIGroup() == "" && a.GetResource() == "secrets" && a.GetSubresource() == ""
-	verb := a.GetVerb()
-	if mountsResource && a.GetSubresource() == "attach" && (verb == "get" || verb == "create") && a.GetName() != "" &&
-		slices.Contains(groups, AgentGroupPrefix+a.GetName()) {
-		return authorizer.DecisionAllow, "", nil
+	return authorizer.DecisionNoOpinion, denied(a), nil
+}
+
+// allowed says whether members of groups may do a.
+func allowed(groups []string, a authorizer.Attributes) bool {
+	if slices.Contains(groups, user.SystemPrivilegedGroup) || slices.Contains(groups, AdminsGroup) {
+		return true
 	}
-	if slices.Contains(groups, EditorsGroup) {
-		switch {
-		case mountsResource && a.GetSubresource() == "" && writeVerbs.Has(verb),
-			mountsResource && a.GetSubresource() == "status" && readVerbs.Has(verb),
-			mountsResource && a.GetSubresource() == "proxy",
-			secrets && writeVerbs.Has(verb):
-			return authorizer.DecisionAllow, "", nil
+	if !a.IsResourceRequest() {
+		path := a.GetPath()
+		return a.GetVerb() == "get" && slices.ContainsFunc(discovery, func(p string) bool { return path == p || strings.HasPrefix(path, p+"/") })
+	}
+	if a.GetAPIGroup() == mounts.GroupName && a.GetResource() == "mounts" && a.GetSubresource() == "attach" &&
+		(a.GetVerb() == "get" || a.GetVerb() == "create") && a.GetName() != "" && slices.Contains(groups, AgentGroupPrefix+a.GetName()) {
+		return true
+	}
+	if slices.Contains(groups, user.AllAuthenticated) && slices.ContainsFunc(selfReviews, func(g grant) bool { return g.allows(a) }) {
+		return true
+	}
+	for _, group := range groups {
+		if slices.ContainsFunc(grants[group], func(g grant) bool { return g.allows(a) }) {
+			return true
 		}
 	}
-	if slices.Contains(groups, ViewersGroup) {
-		switch {
-		case mountsResource && (a.GetSubresource() == "" || a.GetSubresource() == "status") && readVerbs.Has(verb),
-			mountsResource && a.GetSubresource() == "proxy" && verb == "get":
-			return authorizer.DecisionAllow, "", nil
+	return false
+}
+
+// denied says which groups grant what a asks, and only those: an editor refused "lend" must
+// not read that editors may do it.
+func denied(a authorizer.Attributes) string {
+	what := fmt.Sprintf("%q on %s", a.GetVerb(), describeResource(a))
+	var granting []string
+	for _, g := range Groups {
+		if allowed([]string{g}, a) {
+			granting = append(granting, g)
 		}
 	}
-	return authorizer.DecisionNoOpinion, "the standalone server grants this only to the groups " + AdminsGroup + ", " + EditorsGroup + " or " + ViewersGroup + ", and attaching to mount <name> to " + AgentGroupPrefix + "<name> (see docs/users.md)", nil
+	if a.GetAPIGroup() == mounts.GroupName && a.GetResource() == "mounts" && a.GetSubresource() == "attach" && a.GetName() != "" &&
+		allowed([]string{AgentGroupPrefix + a.GetName()}, a) {
+		granting = append(granting, AgentGroupPrefix+a.GetName())
+	}
+	switch len(granting) {
+	case 1:
+		return fmt.Sprintf("the standalone server grants %s only to the group %s (see docs/users.md)", what, granting[0])
+	default:
+		return fmt.Sprintf("the standalone server grants %s only to the groups %s (see docs/users.md)", what, strings.Join(granting, ", "))
+	}
+}
+
+func describeResource(a authorizer.Attributes) string {
+	resource := a.GetResource()
+	if a.GetSubresource() != "" {
+		resource += "/" + a.GetSubresource()
+	}
+	if a.GetAPIGroup() != "" {
+		resource += "." + a.GetAPIGroup()
+	}
+	if a.GetName() != "" {
+		resource += " " + a.GetName()
+	}
+	return resource
+}
+
+// RulesFor implements authorizer.RuleResolver: what members of u's groups may do, everywhere
+// (the rights of the standalone server are not per namespace).
+func (Standalone) RulesFor(_ context.Context, u user.Info, _ string) ([]authorizer.ResourceRuleInfo, []authorizer.NonResourceRuleInfo, bool, error) {
+	groups := u.GetGroups()
+	if slices.Contains(groups, user.SystemPrivilegedGroup) || slices.Contains(groups, AdminsGroup) {
+		return []authorizer.ResourceRuleInfo{&authorizer.DefaultResourceRuleInfo{Verbs: []string{"*"}, APIGroups: []string{"*"}, Resources: []string{"*"}}},
+			[]authorizer.NonResourceRuleInfo{&authorizer.DefaultNonResourceRuleInfo{Verbs: []string{"*"}, NonResourceURLs: []string{"*"}}}, false, nil
+	}
+	var rules []authorizer.ResourceRuleInfo
+	if slices.Contains(groups, user.AllAuthenticated) {
+		for _, g := range selfReviews {
+			rules = append(rules, g.rule())
+		}
+	}
+	sorted := sets.List(sets.New(groups...))
+	for _, group := range sorted {
+		for _, g := range grants[group] {
+			rules = append(rules, g.rule())
+		}
+		if name, ok := strings.CutPrefix(group, AgentGroupPrefix); ok && name != "" {
+			rules = append(rules, &authorizer.DefaultResourceRuleInfo{Verbs: []string{"get", "create"}, APIGroups: []string{mounts.GroupName}, Resources: []string{"mounts/attach"}, ResourceNames: []string{name}})
+		}
+	}
+	urls := make([]string, 0, 2*len(discovery))
+	for _, p := range discovery {
+		urls = append(urls, p, p+"/*")
+	}
+	sort.Strings(urls)
+	return rules, []authorizer.NonResourceRuleInfo{&authorizer.DefaultNonResourceRuleInfo{Verbs: []string{"get"}, NonResourceURLs: urls}}, false, nil
 }

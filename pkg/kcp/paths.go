@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"path"
 	"regexp"
+	"slices"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -94,8 +95,10 @@ func WithClusterPaths(handler http.Handler) http.Handler {
 
 // ServedInLogicalClusters reports whether path (below /clusters/<name>) is served in a logical
 // cluster: the mounts.kcp.io group and its subresources, the group discovery that lists it
-// (/apis; /api answers 404, which client-go's discovery takes as no legacy group), OpenAPI, and
-// /version. A path whose dot segments would lead elsewhere is judged where it leads.
+// (/apis; /api answers 404, which client-go's discovery takes as no legacy group), OpenAPI,
+// /version, and the caller's reviews of itself (kubectl auth whoami and can-i: SelfReviews),
+// which tell only what the caller may do there. A path whose dot segments would lead
+// elsewhere is judged where it leads.
 func ServedInLogicalClusters(p string) bool {
 	return servedInLogicalClusters(p) && servedInLogicalClusters(path.Clean(p))
 }
@@ -110,14 +113,33 @@ func servedInLogicalClusters(p string) bool {
 			return true
 		}
 	}
+	// The self reviews, their groups' discovery and OpenAPI: nothing else of those groups.
+	for _, r := range SelfReviews {
+		group, version := "/apis/"+r.Group, "/apis/"+r.Group+"/"+r.Version
+		switch strings.TrimSuffix(p, "/") {
+		case group, version, version + "/" + r.Resource, "/openapi/v3" + version:
+			return true
+		}
+	}
 	return false
+}
+
+// SelfReviews are the resources of the caller's reviews of itself, served in logical
+// clusters: authentication.k8s.io/v1 selfsubjectreviews and authorization.k8s.io/v1
+// selfsubjectaccessreviews and selfsubjectrulesreviews. Nothing else of those groups is.
+var SelfReviews = []schema.GroupVersionResource{
+	{Group: "authentication.k8s.io", Version: "v1", Resource: "selfsubjectreviews"},
+	{Group: "authorization.k8s.io", Version: "v1", Resource: "selfsubjectaccessreviews"},
+	{Group: "authorization.k8s.io", Version: "v1", Resource: "selfsubjectrulesreviews"},
 }
 
 // ServedInLogicalClustersAttributes is ServedInLogicalClusters for an authorization request: a
 // resource of the mounts.kcp.io group, or a non-resource path it allows.
 func ServedInLogicalClustersAttributes(attrs authorizer.Attributes) bool {
 	if attrs.IsResourceRequest() {
-		return attrs.GetAPIGroup() == mounts.GroupName
+		return attrs.GetAPIGroup() == mounts.GroupName || attrs.GetSubresource() == "" && slices.ContainsFunc(SelfReviews, func(r schema.GroupVersionResource) bool {
+			return attrs.GetAPIGroup() == r.Group && attrs.GetResource() == r.Resource
+		})
 	}
 	return ServedInLogicalClusters(attrs.GetPath())
 }

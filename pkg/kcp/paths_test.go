@@ -57,6 +57,17 @@ func TestWithClusterPathsServesOnlyMounts(t *testing.T) {
 		"/clusters/abc/apis/mounts.kcp.io/../../api/v1/secrets":                   "",
 		"/clusters/abc/apis/apps/v1/deployments":                                  "",
 		"/clusters/abc/openapi/v3/api/v1":                                         "",
+		"/clusters/abc/apis/authentication.k8s.io/v1/selfsubjectreviews":          "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+		"/clusters/abc/apis/authorization.k8s.io/v1/selfsubjectaccessreviews":     "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+		"/clusters/abc/apis/authorization.k8s.io/v1/selfsubjectrulesreviews":      "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews",
+		"/clusters/abc/apis/authorization.k8s.io/v1":                              "/apis/authorization.k8s.io/v1",
+		"/clusters/abc/apis/authentication.k8s.io":                                "/apis/authentication.k8s.io",
+		"/clusters/abc/openapi/v3/apis/authorization.k8s.io/v1":                   "/openapi/v3/apis/authorization.k8s.io/v1",
+		"/clusters/abc/apis/authorization.k8s.io/v1/subjectaccessreviews":         "",
+		"/clusters/abc/apis/authentication.k8s.io/v1/tokenreviews":                "",
+		"/clusters/abc/apis/authorization.k8s.io/v1/selfsubjectrulesreviews/x/y":  "",
+		"/clusters/abc/apis/events.k8s.io/v1/events":                              "",
+		"/clusters/abc/api/v1/events":                                             "",
 	} {
 		served = ""
 		rec := httptest.NewRecorder()
@@ -90,6 +101,10 @@ func TestClusterAuthorizerOnlyMountsInLogicalClusters(t *testing.T) {
 		{authorizer.AttributesRecord{User: &user.DefaultInfo{Name: "admin", Groups: []string{"admins"}}, Verb: "get", Resource: "secrets", ResourceRequest: true}, authorizer.DecisionDeny},
 		{authorizer.AttributesRecord{User: &user.DefaultInfo{Name: "admin", Groups: []string{"admins"}}, Verb: "get", Path: "/metrics"}, authorizer.DecisionDeny},
 		{authorizer.AttributesRecord{User: &user.DefaultInfo{Name: "admin", Groups: []string{"admins"}}, Verb: "get", Path: "/apis"}, authorizer.DecisionAllow},
+		{authorizer.AttributesRecord{User: &user.DefaultInfo{Name: "admin", Groups: []string{"admins"}}, Verb: "create", APIGroup: "authorization.k8s.io", Resource: "selfsubjectaccessreviews", ResourceRequest: true}, authorizer.DecisionAllow},
+		{authorizer.AttributesRecord{User: &user.DefaultInfo{Name: "admin", Groups: []string{"admins"}}, Verb: "create", APIGroup: "authorization.k8s.io", Resource: "subjectaccessreviews", ResourceRequest: true}, authorizer.DecisionDeny},
+		{authorizer.AttributesRecord{User: &user.DefaultInfo{Name: "admin", Groups: []string{"admins"}}, Verb: "list", APIGroup: "events.k8s.io", Resource: "events", ResourceRequest: true}, authorizer.DecisionDeny},
+		{authorizer.AttributesRecord{User: &user.DefaultInfo{Name: "admin", Groups: []string{"admins"}}, Verb: "list", Resource: "events", ResourceRequest: true}, authorizer.DecisionDeny},
 	} {
 		if got, reason, _ := a.Authorize(ctx, tc.attrs); got != tc.want {
 			t.Errorf("%s %s%s: %v (%s), want %v", tc.attrs.Verb, tc.attrs.Resource, tc.attrs.Path, got, reason, tc.want)

@@ -1,22 +1,33 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"strconv"
+	"strings"
 	"syscall"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"k8s.io/apimachinery/pkg/util/httpstream"
+
+	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
 	"github.com/kcp-dev/mount-apiserver/pkg/targetpolicy"
 )
 
-// RetryAfterSeconds is what a 503 asks clients to wait.
+// RetryAfterSeconds is what a 429 (or a 503 of the rewrite memory budget) of this server's own
+// bounds asks clients to wait. Failures
+// of the hop to a target carry no Retry-After: client-go retries an answer with one ten
+// times, sleeping as told, and kubectl waited 50 to 160 s for a dead mount's reason. Clients
+// that run on (reflectors, work queues) back off by themselves.
 const RetryAfterSeconds = "5"
 
 // ReasonBadGateway is the Status reason of a target that answered unusably or not at all
@@ -31,9 +42,11 @@ const ReasonLoopDetected metav1.StatusReason = "LoopDetected"
 // says what failed, never what answered: root causes ("connection refused", a TLS alert, the
 // names a certificate is valid for) would make the proxy a scanner of every network it
 // reaches. The root cause goes to the server's log. Codes: 403 when the target policy
-// refuses the target, 504 for timeouts, 503 (retry later) when the target refuses or cannot
-// be routed to, 502 for other dial, TLS and protocol failures. Messages name the target's
-// address as the mount names it, never credentials.
+// refuses the target, 504 for timeouts, 503 when nothing accepts the connection or no route
+// leads to the target, 502 for other dial, TLS and protocol failures, among them a target
+// that accepted the connection and cut it (a reset then depends on whether the target had
+// read all the request when it closed: it is no sign of an absent target). Messages name the
+// target's address as the mount names it, never credentials.
 func statusForError(target string, err error) *metav1.Status {
 	var policyErr *targetpolicy.Error
 	var netErr net.Error
@@ -42,8 +55,10 @@ func statusForError(target string, err error) *metav1.Status {
 		return newStatus(http.StatusForbidden, metav1.StatusReasonForbidden, policyErr.Error())
 	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &netErr) && netErr.Timeout():
 		return newStatus(http.StatusGatewayTimeout, metav1.StatusReasonTimeout, fmt.Sprintf("timed out reaching the mount's target %s", target))
-	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH), errors.Is(err, syscall.ECONNRESET):
+	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
 		return newStatus(http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, fmt.Sprintf("cannot connect to the mount's target %s: it is unreachable", target))
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		return newStatus(http.StatusBadGateway, ReasonBadGateway, fmt.Sprintf("the mount's target %s closed the connection before it answered", target))
 	}
 	var certErr *tls.CertificateVerificationError
 	var unknownAuthority x509.UnknownAuthorityError
@@ -94,13 +109,101 @@ func newStatus(code int32, reason metav1.StatusReason, message string) *metav1.S
 	}
 }
 
-// writeStatus writes s as JSON, with Retry-After on 503.
+// writeStatus writes s as JSON.
 func writeStatus(w http.ResponseWriter, s *metav1.Status) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	if s.Code == http.StatusServiceUnavailable {
-		w.Header().Set("Retry-After", RetryAfterSeconds)
-	}
 	w.WriteHeader(int(s.Code))
 	_ = json.NewEncoder(w).Encode(s)
+}
+
+// hopFailure is the answer to a request whose hop to the mount's target failed: the Status
+// naming the mount, sent as JSON, or as text to a discovery root (isDiscoveryRoot).
+type hopFailure struct {
+	status    *metav1.Status
+	innerPath string
+}
+
+// isDiscoveryRoot says whether a proxied request is a GET of a discovery root, /api or /apis.
+// client-go's discovery client reads the answers to these with Result.Raw, which never
+// decodes a Status: of an error answer it keeps only the text of a text/plain body, and that
+// only for codes it has no message of its own for (among them 502, not 503 or 504). Every
+// kubectl command begins there when its discovery cache is cold, so that is where kubectl
+// users see a failure of the hop.
+func isDiscoveryRoot(req *http.Request, innerPath string) bool {
+	p := strings.Trim(innerPath, "/")
+	return (req.Method == http.MethodGet || req.Method == http.MethodHead) && (p == "api" || p == "apis") && !httpstream.IsUpgradeRequest(req)
+}
+
+// newHopFailure returns the answer to a failed hop of mount: s, its message prefixed with the
+// mount's name unless it names the mount already.
+func newHopFailure(mount string, s *metav1.Status, innerPath string) hopFailure {
+	named := *s
+	if prefix := fmt.Sprintf("mount %q", mount); !strings.HasPrefix(named.Message, prefix) {
+		named.Message = prefix + ": " + named.Message
+	}
+	return hopFailure{status: &named, innerPath: innerPath}
+}
+
+// parts returns the code, header and body of the answer to req: the Status
+// as JSON, or for a discovery root its message as text/plain with code 502
+// (isDiscoveryRoot), with single quotes for double ones, which client-go would escape when it
+// quotes the message. Never a Retry-After (RetryAfterSeconds).
+func (f hopFailure) parts(req *http.Request) (int, http.Header, []byte) {
+	h := http.Header{}
+	h.Set("X-Content-Type-Options", "nosniff")
+	if isDiscoveryRoot(req, f.innerPath) {
+		h.Set("Content-Type", "text/plain; charset=utf-8")
+		return http.StatusBadGateway, h, []byte(strings.ReplaceAll(f.status.Message, `"`, "'") + "\n")
+	}
+	h.Set("Content-Type", "application/json")
+	body, _ := json.Marshal(f.status)
+	return int(f.status.Code), h, append(body, '\n')
+}
+
+// ServeHTTP writes the answer.
+func (f hopFailure) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	code, h, body := f.parts(req)
+	for k, v := range h {
+		w.Header()[k] = v
+	}
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(code)
+	_, _ = w.Write(body)
+}
+
+// response returns the answer as the response to req.
+func (f hopFailure) response(req *http.Request) *http.Response {
+	code, h, body := f.parts(req)
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	return &http.Response{
+		Status:        fmt.Sprintf("%d %s", code, http.StatusText(code)),
+		StatusCode:    code,
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        h,
+		Body:          io.NopCloser(bytes.NewReader(body)),
+		ContentLength: int64(len(body)),
+		Request:       req,
+	}
+}
+
+// credentialsRefused is the Status of a target that answered 401: the caller's own
+// credentials never reach a target, so what it refused are the mount's (or the agent's, or
+// this server's kcp credentials). Passed through, the 401 made kubectl say "You must be
+// logged in to the server" about the caller's login to this server, and may start a
+// credential plugin's login.
+func credentialsRefused(m *mounts.Mount, target string) *metav1.Status {
+	var msg string
+	switch {
+	case m.Spec.Type == mounts.MountTypeWorkspace:
+		msg = fmt.Sprintf("kcp (%s) did not accept this server's kcp credentials (--kcp-kubeconfig)", target)
+	case m.Spec.Tunnel != nil && m.Spec.Tunnel.Credentials == mounts.TunnelCredentialsAgent:
+		msg = "the target did not accept the credentials of the mount's agent (its --kubeconfig or ServiceAccount)"
+	default:
+		msg = fmt.Sprintf("the mount's target %s did not accept the mount's credentials: the kubeconfig of Secret %s/%s needs credentials that the target accepts",
+			target, m.Spec.Ref.Namespace, m.Spec.Ref.Name)
+	}
+	return newStatus(http.StatusBadGateway, ReasonBadGateway, msg)
 }

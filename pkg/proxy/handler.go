@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -33,6 +34,7 @@ import (
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
 	"github.com/kcp-dev/mount-apiserver/pkg/clusters"
+	"github.com/kcp-dev/mount-apiserver/pkg/dryrun"
 	"github.com/kcp-dev/mount-apiserver/pkg/kcp"
 	"github.com/kcp-dev/mount-apiserver/pkg/rewrite"
 	"github.com/kcp-dev/mount-apiserver/pkg/targetpolicy"
@@ -72,10 +74,29 @@ type Proxier struct {
 	// OpenAPI documents hold at once, server-wide; nil bounds only each document's size.
 	RewriteBudget *rewrite.Budget
 
+	// observer, if set (SetObserver), hears when requests through a URL mount begin to reach
+	// its target or stop reaching it.
+	observer atomic.Pointer[Observer]
+
 	// Kcp is the provider's client configuration for kcp (--kcp-kubeconfig): Workspace mounts
 	// are proxied to its host, kcp's base URL, with its credentials, impersonating the
 	// caller. nil serves no Workspace mounts.
 	Kcp *rest.Config
+}
+
+// Observer hears what requests through a mount found when it differs from what the previous
+// requests to the mount's target found: reached says the target answered, false that the hop
+// to it failed. It runs on the request's goroutine and must not block.
+type Observer func(ctx context.Context, m *mounts.Mount, reached bool)
+
+// SetObserver sets the observer of requests (the status controller's, which then follows the
+// proxy at once instead of at the mount's next probe); nil removes it.
+func (p *Proxier) SetObserver(o Observer) {
+	if o == nil {
+		p.observer.Store(nil)
+		return
+	}
+	p.observer.Store(&o)
 }
 
 func (p *Proxier) maxHops() int {
@@ -183,8 +204,24 @@ func MountLabel(cluster clusters.Name, name string) string {
 }
 
 // Handler returns the handler of one proxied request to m at innerPath. Errors returned here
-// are API errors the caller writes as they are.
+// are API errors the caller writes as they are; failures of the hop to the target are
+// answered by the handler (hopFailure). The handler sends the caller's dryRun, which the
+// server carried past the connect handler under another name (pkg/dryrun), as dryRun.
 func (p *Proxier) Handler(ctx context.Context, m *mounts.Mount, innerPath string) (http.Handler, error) {
+	h, err := p.handler(ctx, m, innerPath)
+	var ce *CredentialsError
+	switch {
+	case errors.As(err, &ce):
+		// A failure of the hop: answered as the proxy answers the others.
+		status := ce.Status()
+		return newHopFailure(m.Name, &status, innerPath), nil
+	case err != nil:
+		return nil, err
+	}
+	return h, nil
+}
+
+func (p *Proxier) handler(ctx context.Context, m *mounts.Mount, innerPath string) (http.Handler, error) {
 	caller, ok := genericapirequest.UserFrom(ctx)
 	if !ok {
 		return nil, apierrors.NewUnauthorized("no user in the request")
@@ -296,6 +333,11 @@ type requestHandler struct {
 	// response of a rewritten request needs (rewrite.go).
 	rules     *rewrite.Rules
 	rewriting *rewriting
+	// answered: the target's response was replaced by this server's answer (refusedCredentials).
+	answered bool
+	// reached: the target answered; hopFailed: the hop failed (responder, refusedCredentials).
+	// Only the request's own goroutines set them, before ServeHTTP reads them at its end.
+	reached, hopFailed atomic.Bool
 }
 
 // scrubbedHeaders never travel from the caller to the target: the caller's credentials and
@@ -363,6 +405,7 @@ func hops(h http.Header) (int, error) {
 }
 
 func (h *requestHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	req = dryrun.Restored(req)
 	start := time.Now()
 	metrics := h.proxier.Metrics
 	recording := metrics.start(h.label, h.mount.UID)
@@ -380,6 +423,7 @@ func (h *requestHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		},
 	})
 	defer func() { metrics.finish(recording, req.Method, code, written, time.Since(start)) }()
+	defer h.observe(req.Context())
 
 	ctx := withMount(req.Context(), h.label, h.mount.UID)
 	if h.mount.Spec.Tunnel != nil {
@@ -451,12 +495,26 @@ func (h *requestHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		Hijack: func(next httpsnoop.HijackFunc) httpsnoop.HijackFunc {
 			return func() (net.Conn, *bufio.ReadWriter, error) {
 				guard.hijacked()
-				return next()
+				h.reached.Store(true)
+				conn, rw, err := next()
+				if err != nil {
+					return conn, rw, err
+				}
+				// The handler echoes a target's refusal of the upgrade as it is.
+				return &refusedUpgradeConn{Conn: conn, replace: func() []byte {
+					h.hopFailed.Store(true)
+					klog.FromContext(ctx).V(2).Info("The target refused the mount's credentials", "mount", h.mount.Name, "target", h.target.Base.Host)
+					var b bytes.Buffer
+					res := newHopFailure(h.mount.Name, credentialsRefused(h.mount, h.target.Base.Host), h.innerPath).response(out)
+					res.Close = true
+					_ = res.Write(&b)
+					return b.Bytes()
+				}}, rw, nil
 			}
 		},
 	})
 	rt, upgradeRT := h.target.RoundTrippers(h.imp)
-	proxy := utilproxy.NewUpgradeAwareHandler(&location, rt, false, false, responder{mount: h.mount.Name, target: h.target.Base.Host, guard: guard})
+	proxy := utilproxy.NewUpgradeAwareHandler(&location, rt, false, false, responder{mount: h.mount.Name, target: h.target.Base.Host, innerPath: h.innerPath, guard: guard, failed: &h.hopFailed})
 	proxy.UpgradeTransport = upgradeRT
 	proxy.UseLocationHost = true
 	proxy.ServeHTTP(w, out)
@@ -487,11 +545,13 @@ func (h *requestHandler) authorizeUpgrade(ctx context.Context) apierrors.APIStat
 		fmt.Errorf("upgrade requests (exec, attach, port-forward) also need verb \"create\" on mounts/proxy: %s", reason))
 }
 
-// responder writes failures to reach the target as metav1.Status.
+// responder writes failures to reach the target as metav1.Status naming the mount.
 type responder struct {
-	mount, target string
+	mount, target, innerPath string
 	// guard, for upgrades, knows when the answer's deadline passed.
 	guard *upgradeGuard
+	// failed, if set, is set when the responder answers a failure.
+	failed *atomic.Bool
 }
 
 func (r responder) Error(w http.ResponseWriter, req *http.Request, err error) {
@@ -506,6 +566,8 @@ func (r responder) Error(w http.ResponseWriter, req *http.Request, err error) {
 	switch {
 	case errors.Is(err, rewrite.ErrBusy):
 		status = newStatus(http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, fmt.Sprintf("mount %q renames APIs: %v (--rewrite-document-memory-budget); retry", r.mount, err))
+		// This server's own bound, not the hop: clients wait as for its 429s.
+		w.Header().Set("Retry-After", RetryAfterSeconds)
 	case errors.Is(err, errUnrewritable):
 		status = newStatus(http.StatusBadGateway, ReasonBadGateway, fmt.Sprintf("mount %q: %v", r.mount, err))
 	default:
@@ -516,5 +578,31 @@ func (r responder) Error(w http.ResponseWriter, req *http.Request, err error) {
 		status = &s
 	}
 	klog.FromContext(req.Context()).V(2).Info("Proxying failed", "mount", r.mount, "code", status.Code, "err", err.Error())
-	writeStatus(w, status)
+	if r.failed != nil {
+		r.failed.Store(true)
+	}
+	newHopFailure(r.mount, status, r.innerPath).ServeHTTP(w, req)
+}
+
+// observe tells the Observer what this request found when that differs from what the
+// previous request to the mount's Target found: the Target keeps the last finding, so a
+// mount under steady use costs its observer nothing. Workspace mounts share one Target (kcp)
+// and their status comes from their workspace, not from requests.
+func (h *requestHandler) observe(ctx context.Context) {
+	observer := h.proxier.observer.Load()
+	if observer == nil || h.mount.Spec.Type != mounts.MountTypeURL {
+		return
+	}
+	var found int32
+	switch {
+	case h.hopFailed.Load():
+		found = targetFailed
+	case h.reached.Load():
+		found = targetReached
+	default:
+		return // the caller went away first: nothing was found
+	}
+	if h.target.found.Swap(found) != found {
+		(*observer)(ctx, h.mount, found == targetReached)
+	}
 }

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"k8s.io/klog/v2"
 )
 
 // copyBufferSize is the size of the buffers a proxied response is copied through: what
@@ -66,19 +68,31 @@ func (h *requestHandler) servePlain(w http.ResponseWriter, out *http.Request, rt
 		FlushInterval: plainFlushInterval,
 		BufferPool:    &h.proxier.buffers,
 		ErrorLog:      h.target.errorLog,
-		ErrorHandler:  responder{mount: h.mount.Name, target: h.target.Base.Host}.Error,
+		ErrorHandler:  responder{mount: h.mount.Name, target: h.target.Base.Host, innerPath: h.innerPath, failed: &h.hopFailed}.Error,
+	}
+	// A target's 401 refuses the mount's credentials, never the caller's (credentialsRefused).
+	proxy.ModifyResponse = func(res *http.Response) error {
+		if res.StatusCode == http.StatusUnauthorized {
+			h.refusedCredentials(res)
+			return nil
+		}
+		h.reached.Store(true)
+		return nil
 	}
 	if streaming {
+		refused := proxy.ModifyResponse
 		proxy.ModifyResponse = func(res *http.Response) error {
+			_ = refused(res)
 			res.Body = endOnShutdown{ReadCloser: res.Body, ctx: out.Context()}
 			return nil
 		}
 	}
 	if h.rewriting != nil {
-		shutdown := proxy.ModifyResponse
+		before := proxy.ModifyResponse
 		proxy.ModifyResponse = func(res *http.Response) error {
-			if shutdown != nil {
-				_ = shutdown(res)
+			_ = before(res)
+			if h.answered {
+				return nil // this server's answer, in presented names already
 			}
 			return h.rewriting.response(res)
 		}
@@ -90,10 +104,12 @@ func (h *requestHandler) servePlain(w http.ResponseWriter, out *http.Request, rt
 // still open once it has drained the others.
 var ErrShuttingDown = errors.New("the server is shutting down")
 
-// endOnShutdown ends a streamed body as finished when its request was cancelled because the
-// server shuts down, as kube-apiserver ends its own watches and logs: the caller (kubectl logs
-// -f, a reflector) sees the stream end, not a failure. Otherwise the reverse proxy aborts the
-// response, which HTTP/2 callers get as INTERNAL_ERROR.
+// endOnShutdown ends a streamed body as finished when its request ended: the server shuts down
+// (ErrShuttingDown), as kube-apiserver ends its own watches and logs, so that the caller
+// (kubectl logs -f, a reflector) sees the stream end, not a failure; or the caller left (a
+// watch closed), where nobody reads what follows. Otherwise the reverse proxy aborts the
+// response (http.ErrAbortHandler), which HTTP/2 callers get as INTERNAL_ERROR and the server
+// logs as an error ("Timeout or abort while handling") for every watch a client closes.
 type endOnShutdown struct {
 	io.ReadCloser
 	ctx context.Context
@@ -101,7 +117,7 @@ type endOnShutdown struct {
 
 func (b endOnShutdown) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	if err != nil && err != io.EOF && errors.Is(context.Cause(b.ctx), ErrShuttingDown) {
+	if err != nil && err != io.EOF && b.ctx.Err() != nil {
 		err = io.EOF
 	}
 	return n, err
@@ -121,4 +137,14 @@ func (stderrUnlessPanic) Write(p []byte) (int, error) {
 		return len(p), nil
 	}
 	return os.Stderr.Write(p)
+}
+
+// refusedCredentials turns a target's 401 into this server's answer: the caller's
+// credentials never reach the target, the mount's did (credentialsRefused).
+func (h *requestHandler) refusedCredentials(res *http.Response) {
+	klog.FromContext(res.Request.Context()).V(2).Info("The target refused the mount's credentials", "mount", h.mount.Name, "target", h.target.Base.Host)
+	_ = res.Body.Close()
+	*res = *newHopFailure(h.mount.Name, credentialsRefused(h.mount, h.target.Base.Host), h.innerPath).response(res.Request)
+	h.answered = true
+	h.hopFailed.Store(true)
 }

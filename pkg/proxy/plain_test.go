@@ -78,8 +78,9 @@ func everyByte() map[string][]string {
 	return extra
 }
 
-// TestEndOnShutdown: a streamed body cut because the server shuts down ends as finished; cut
-// for any other reason (the caller went away, the target failed), it stays an error.
+// TestEndOnShutdown: a streamed body cut because its request ended (the server shuts down, the
+// caller went away) ends as finished; cut for any other reason (the target failed), it stays
+// an error.
 func TestEndOnShutdown(t *testing.T) {
 	cut := errors.New("read on closed body")
 	for _, tc := range []struct {
@@ -88,7 +89,7 @@ func TestEndOnShutdown(t *testing.T) {
 		want  error
 	}{
 		{"shutting down", ErrShuttingDown, io.EOF},
-		{"caller gone", context.Canceled, cut},
+		{"caller gone", context.Canceled, io.EOF},
 		{"not cancelled", nil, cut},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -60,11 +60,12 @@ type probeEntry struct {
 	last    *probeRun // the last finished one
 }
 
-// probeRun is one probe of a target. result and at are set before done is closed; waiters are
-// the mounts that were told to wait for done and have not read the result yet. Both under
-// ProbeCache.mu.
+// probeRun is one probe of a target, begun at started. result and at are set before done is
+// closed; waiters are the mounts that were told to wait for done and have not read the result
+// yet. Both under ProbeCache.mu.
 type probeRun struct {
 	done    chan struct{}
+	started time.Time
 	result  ProbeResult
 	at      time.Time
 	waiters map[types.UID]struct{}
@@ -78,8 +79,10 @@ func (c *ProbeCache) timeout() time.Duration {
 }
 
 // lookup returns the result a mount may use now, or else the run to wait for: the one in
-// flight, or a new one the caller must start.
-func (c *ProbeCache) lookup(uid types.UID, key TargetKey, now time.Time) (r ProbeResult, ok bool, run *probeRun, start bool) {
+// flight, or a new one the caller must start. Only runs begun at or after since count: a run
+// in flight that began before is waited for (its end brings the mount back), and then a new
+// one starts.
+func (c *ProbeCache) lookup(uid types.UID, key TargetKey, now, since time.Time) (r ProbeResult, ok bool, run *probeRun, start bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.entries == nil {
@@ -91,7 +94,7 @@ func (c *ProbeCache) lookup(uid types.UID, key TargetKey, now time.Time) (r Prob
 		e = &probeEntry{}
 		c.entries[key] = e
 	}
-	if last := e.last; last != nil {
+	if last := e.last; last != nil && !last.started.Before(since) {
 		if _, waited := last.waiters[uid]; waited {
 			delete(last.waiters, uid)
 			return last.result, true, nil, false
@@ -103,7 +106,7 @@ func (c *ProbeCache) lookup(uid types.UID, key TargetKey, now time.Time) (r Prob
 	if e.running != nil {
 		return ProbeResult{}, false, e.running, false
 	}
-	e.running = &probeRun{done: make(chan struct{}), waiters: map[types.UID]struct{}{}}
+	e.running = &probeRun{done: make(chan struct{}), started: now, waiters: map[types.UID]struct{}{}}
 	return ProbeResult{}, false, e.running, true
 }
 
@@ -170,6 +173,13 @@ func (p *Proxier) Probe(ctx context.Context, m *mounts.Mount) ProbeResult {
 // has finished: a ProbeWithin of the same mount after that gets its result, whatever the TTL.
 // The probe runs on without the caller, bounded by the probe timeout.
 func (p *Proxier) ProbeWithin(ctx context.Context, m *mounts.Mount, wait time.Duration) (r ProbeResult, pending <-chan struct{}) {
+	return p.ProbeSince(ctx, m, wait, time.Time{})
+}
+
+// ProbeSince probes like ProbeWithin, with the result of a probe begun at or after since: what
+// an earlier probe found, shared or cached, no longer tells once something changed since (a
+// request through the mount found otherwise, its agent attached).
+func (p *Proxier) ProbeSince(ctx context.Context, m *mounts.Mount, wait time.Duration, since time.Time) (r ProbeResult, pending <-chan struct{}) {
 	target, err := p.Target(ctx, m)
 	if err != nil {
 		return ProbeResult{CredentialsErr: err}, nil
@@ -177,7 +187,7 @@ func (p *Proxier) ProbeWithin(ctx context.Context, m *mounts.Mount, wait time.Du
 	if p.Probes == nil {
 		return p.probe(withMount(ctx, MountLabel(clusters.From(ctx), m.Name), m.UID), target, DefaultProbeTimeout), nil
 	}
-	r, ok, run, start := p.Probes.lookup(m.UID, target.key, time.Now())
+	r, ok, run, start := p.Probes.lookup(m.UID, target.key, time.Now(), since)
 	if ok {
 		return r, nil
 	}
@@ -198,12 +208,16 @@ func (p *Proxier) ProbeWithin(ctx context.Context, m *mounts.Mount, wait time.Du
 	}
 	select {
 	case <-run.done:
+		if run.started.Before(since) {
+			// Begun before the change: probe again.
+			return p.ProbeSince(ctx, m, 0, since)
+		}
 		return run.result, nil
 	case <-ctx.Done():
 		return ProbeResult{ReachErr: fmt.Errorf("probe of %s abandoned: %w", target.Base.Host, ctx.Err())}, nil
 	case <-timer:
 	}
-	if r, ok := p.Probes.wait(m.UID, run); ok {
+	if r, ok := p.Probes.wait(m.UID, run); ok && !run.started.Before(since) {
 		return r, nil
 	}
 	return ProbeResult{}, run.done

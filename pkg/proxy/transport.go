@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -43,7 +44,16 @@ type Target struct {
 	key      TargetKey
 	users    int
 	lastUsed time.Time
+	// found is what the last request through a mount found of the target: targetReached or
+	// targetFailed, 0 before the first (requestHandler.observe).
+	found atomic.Int32
 }
+
+// What a request found of its target.
+const (
+	targetReached int32 = iota + 1
+	targetFailed
+)
 
 // RoundTrippers returns the round trippers of one request: the shared ones, with the caller's
 // identity impersonated on top when imp is not nil.

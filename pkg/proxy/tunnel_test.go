@@ -88,13 +88,13 @@ func TestAgentCredentialsTunnel(t *testing.T) {
 	p := &Proxier{Transports: NewTransports(TransportOptions{}, nil), Tunnels: sessions}
 	caller := &user.DefaultInfo{Name: "alice", Groups: []string{"team"}, UID: "alice-uid"}
 	reqCtx := genericapirequest.WithUser(context.Background(), caller)
-	serve := func(m *mounts.Mount, upgrade bool) *httptest.ResponseRecorder {
+	serveAt := func(m *mounts.Mount, path string, upgrade bool) *httptest.ResponseRecorder {
 		t.Helper()
-		h, err := p.Handler(reqCtx, m, "/api")
+		h, err := p.Handler(reqCtx, m, path)
 		if err != nil {
 			t.Fatal(err)
 		}
-		req := httptest.NewRequest(http.MethodGet, "/apis/mounts.kcp.io/v1alpha1/mounts/"+m.Name+"/proxy/api", nil).WithContext(reqCtx)
+		req := httptest.NewRequest(http.MethodGet, "/apis/mounts.kcp.io/v1alpha1/mounts/"+m.Name+"/proxy"+path, nil).WithContext(reqCtx)
 		req.Header.Set("Authorization", "Bearer the-callers-token")
 		req.Header.Set("Impersonate-User", "system:admin")
 		req.Header.Set("Cookie", "session=1")
@@ -105,6 +105,10 @@ func TestAgentCredentialsTunnel(t *testing.T) {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
 		return rec
+	}
+	serve := func(m *mounts.Mount, upgrade bool) *httptest.ResponseRecorder {
+		t.Helper()
+		return serveAt(m, "/api", upgrade)
 	}
 
 	rec := serve(m, false)
@@ -129,17 +133,23 @@ func TestAgentCredentialsTunnel(t *testing.T) {
 		t.Errorf("the probe impersonated %v", got.Header)
 	}
 
-	// No agent for this mount: 503, Retry-After, its name; plain and upgrade alike.
+	// No agent for this mount: 503 naming it, plain and upgrade alike, and no Retry-After,
+	// which client-go would obey ten times.
 	lonely := agentMount("lonely", "uid-lonely")
 	for _, upgrade := range []bool{false, true} {
-		rec := serve(lonely, upgrade)
+		rec := serveAt(lonely, "/api/v1/namespaces", upgrade)
 		var status metav1.Status
 		if err := json.Unmarshal(rec.Body.Bytes(), &status); err != nil {
 			t.Fatalf("upgrade %v: %v: %s", upgrade, err, rec.Body)
 		}
-		if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" || !strings.Contains(status.Message, `mount "lonely"`) {
+		if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") != "" || !strings.Contains(status.Message, `mount "lonely": no agent is connected`) {
 			t.Errorf("upgrade %v without an agent: %d %v %s", upgrade, rec.Code, rec.Header(), rec.Body)
 		}
+	}
+	// A discovery root gets the text that client-go's discovery shows (isDiscoveryRoot).
+	if rec := serve(lonely, false); rec.Code != http.StatusBadGateway || rec.Header().Get("Content-Type") != "text/plain; charset=utf-8" ||
+		rec.Body.String() != "mount 'lonely': no agent is connected to its tunnel (an agent attaches at mounts/lonely/attach)\n" {
+		t.Errorf("discovery root without an agent: %d %v %q", rec.Code, rec.Header(), rec.Body)
 	}
 	if r := p.Probe(context.Background(), lonely); r.ReachErr == nil || !strings.Contains(r.ReachErr.Error(), "no agent") {
 		t.Errorf("probe without an agent: %+v", r)

@@ -1,9 +1,11 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -115,4 +117,42 @@ func (c *answerBound) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
 	c.read += int64(n)
 	return n, err
+}
+
+// refusedUpgradeConn is the caller's hijacked connection of an upgrade. The upgrade-aware
+// handler writes the target's answer to it as it is, in its first write the status line;
+// an answer of 401 refused the mount's credentials, never the caller's, and is replaced by
+// this server's answer (credentialsRefused): the rest of the target's answer is dropped.
+type refusedUpgradeConn struct {
+	net.Conn
+	replace func() []byte
+
+	mu      sync.Mutex
+	checked bool
+	dropped bool
+}
+
+func (c *refusedUpgradeConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.dropped:
+		return len(p), nil
+	case !c.checked:
+		c.checked = true
+		if isStatusLine(p, http.StatusUnauthorized) {
+			c.dropped = true
+			if _, err := c.Conn.Write(c.replace()); err != nil {
+				return 0, err
+			}
+			return len(p), nil
+		}
+	}
+	return c.Conn.Write(p)
+}
+
+// isStatusLine says whether p begins with an HTTP/1.x status line of code.
+func isStatusLine(p []byte, code int) bool {
+	prefix := fmt.Sprintf(" %03d ", code)
+	return len(p) >= len("HTTP/1.1 401 ") && bytes.HasPrefix(p, []byte("HTTP/1.")) && string(p[8:13]) == prefix
 }

@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
+	"github.com/kcp-dev/mount-apiserver/pkg/dryrun"
 	"github.com/kcp-dev/mount-apiserver/pkg/kcp"
 	"github.com/kcp-dev/mount-apiserver/pkg/targetpolicy"
 )
@@ -190,7 +191,7 @@ func (h *redirect) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	start := time.Now()
 	recording := h.proxier.Metrics.start(h.mount.Name, h.mount.UID)
 	location := *h.location
-	location.RawQuery = req.URL.RawQuery
+	location.RawQuery = dryrun.Restore(req.URL.RawQuery)
 	w.Header().Set("Location", location.String())
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")

@@ -250,7 +250,7 @@ func TestWorkspaceAndRedirectMounts(t *testing.T) {
 		{mount("ws", mounts.MountTypeWorkspace, "root:org:team", mounts.IdentityModeImpersonate), &user.DefaultInfo{Name: kcp.ForwardedWithoutIdentityUser}, apierrors.IsForbidden, "without naming its caller"},
 		{mount("ws", mounts.MountTypeWorkspace, "root:org:team", mounts.IdentityModeImpersonate), &user.DefaultInfo{Name: "root", Groups: []string{user.SystemPrivilegedGroup}}, apierrors.IsForbidden, user.SystemPrivilegedGroup},
 	} {
-		_, err := p.Handler(genericapirequest.WithUser(context.Background(), c.caller), c.mount, "api")
+		_, err := p.handler(genericapirequest.WithUser(context.Background(), c.caller), c.mount, "api")
 		if err == nil || !c.check(err) || !strings.Contains(err.Error(), c.says) {
 			t.Errorf("mount %s (%s) for %s: %v; want one that says %q", c.mount.Name, c.mount.Spec.Type, c.caller.GetName(), err, c.says)
 		}
@@ -282,7 +282,7 @@ func TestWorkspaceAndRedirectMounts(t *testing.T) {
 	// Without kcp configured, neither type is served.
 	plain := &Proxier{Transports: NewTransports(TransportOptions{}, nil)}
 	for _, typ := range []mounts.MountType{mounts.MountTypeWorkspace, mounts.MountTypeRedirect} {
-		if _, err := plain.Handler(ctx, mount("x", typ, "root:org:team", mounts.IdentityModeImpersonate), "api"); !isReason(ReasonUnsupportedType)(err) {
+		if _, err := plain.handler(ctx, mount("x", typ, "root:org:team", mounts.IdentityModeImpersonate), "api"); !isReason(ReasonUnsupportedType)(err) {
 			t.Errorf("%s without kcp: %v", typ, err)
 		}
 	}

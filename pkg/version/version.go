@@ -87,10 +87,11 @@ func fromBuildInfo(info *apimachineryversion.Info, bi *debug.BuildInfo) {
 	}
 }
 
-// Effective reports Get() as the version of effective, keeping its emulation and compatibility
-// versions, which describe the Kubernetes API machinery, not this binary.
+// Effective reports Server(...) as the version of effective: the Kubernetes version of its
+// binary version with Get() as build metadata. It keeps effective's emulation and compatibility
+// versions, which describe the Kubernetes API machinery.
 func Effective(effective basecompatibility.EffectiveVersion) basecompatibility.EffectiveVersion {
-	return effectiveVersion{EffectiveVersion: effective, info: Get()}
+	return effectiveVersion{EffectiveVersion: effective, info: Server(Kubernetes(effective.BinaryVersion()), Get())}
 }
 
 type effectiveVersion struct {

@@ -493,20 +493,14 @@ func inImage(t *testing.T, img image, root string, args ...string) *exec.Cmd {
 	return cmd
 }
 
-// versionArgs is how each binary prints its version (issue #24 item 9), and what each says
-// when it does not know them yet.
-var versionArgs = map[string]struct {
-	args    []string
-	unknown string
-}{
-	"mount-apiserver": {[]string{"--version"}, "unknown flag: --version"},
-	"mount-agent":     {[]string{"version"}, `unexpected arguments: [\"version\"]`},
+// versionArgs is how each binary prints its version.
+var versionArgs = map[string][]string{
+	"mount-apiserver": {"--version"},
+	"mount-agent":     {"version"},
 }
 
 // TestImageBinariesRun runs each image's binary from the image's own files as its user and
-// checks that it prints the version build-images.sh stamped into it. A binary that does not
-// have its version command yet (issue #24 item 9 adds them) is only checked to run (--help);
-// the server's stamped version is checked at /version by TestServerImageReadOnlyRoot.
+// checks that it prints the version build-images.sh stamped into it.
 func TestImageBinariesRun(t *testing.T) {
 	dir := built(t)
 	v := version(t)
@@ -514,17 +508,9 @@ func TestImageBinariesRun(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			img := readImage(t, dir, name)
 			root := rootfs(t, img)
-			va := versionArgs[name]
-			command := name + " " + strings.Join(va.args, " ")
-			out, err := inImage(t, img, root, va.args...).CombinedOutput()
-			if err != nil && strings.Contains(string(out), va.unknown) {
-				t.Logf("%s: not there yet (%s); checking that the binary runs with --help instead", command, va.unknown)
-				out, err := inImage(t, img, root, "--help").CombinedOutput()
-				if err != nil || !strings.Contains(string(out), "Usage:") {
-					t.Fatalf("%s --help in the image: %v\n%s", name, err, out)
-				}
-				return
-			}
+			args := versionArgs[name]
+			command := name + " " + strings.Join(args, " ")
+			out, err := inImage(t, img, root, args...).CombinedOutput()
 			if err != nil {
 				t.Fatalf("%s in the image: %v\n%s", command, err, out)
 			}

@@ -176,7 +176,8 @@ var docExpectations = map[string][]string{
 		"kube-system",
 	},
 	"docs/users.md standalone": {
-		`needs verb "lend"`, `User "bob" cannot delete resource "mounts"`, "kube-system",
+		`needs verb "lend"`, `"lend" on mounts.mounts.kcp.io team only to the group mount-apiserver:admins (see docs/users.md)`,
+		`User "bob" cannot delete resource "mounts"`, "kube-system", "[mount-apiserver:viewers system:authenticated]", "selfsubjectaccessreviews.authorization.k8s.io",
 	},
 	"docs/users.md aggregated": {"yes\n", "no\n"},
 	"docs/firewall.md standalone": {

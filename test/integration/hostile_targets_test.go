@@ -148,7 +148,8 @@ var endlessChunk = func() []byte {
 // never speaks (not even TLS), one that completes TLS and never answers, one that answers 200
 // and streams forever, one that answers a 10 GB body (generated as it is sent), one that
 // speaks garbage after negotiating HTTP/2, one that sends an HTTP/2 frame header and closes
-// mid-frame, and HTTP/1.1 answers cut in the headers and in the body. A mount of a real
+// mid-frame (with a FIN, and with a reset), and HTTP/1.1 answers cut in the headers and in the
+// body. A mount of a real
 // kube-apiserver is used all along and must answer every request. mount-apiserver runs as its
 // own process, so /metrics counts only its RSS, goroutines and fds.
 //
@@ -209,6 +210,19 @@ func TestHostileTargets(t *testing.T) {
 			_, _ = c.Write([]byte{0, 0, 0, 0x4, 0, 0, 0, 0, 0})
 			_, _ = c.Read(make([]byte, 4096))
 			_, _ = c.Write([]byte{0, 0x40, 0, 0x1, 0x4, 0, 0, 0, 1, 0x88, 0x40, 0x83, 'a', 'b'})
+		}),
+		// The same, closing with a reset: what the kernel does when the target closes with
+		// unread bytes of the request, which happened now and then under load and made
+		// this test see 503 ("unreachable") where 502 was wanted.
+		"reset-h2-frame": startHostileTarget(t, false, []string{"h2"}, func(c net.Conn) {
+			_, _ = c.Write([]byte{0, 0, 0, 0x4, 0, 0, 0, 0, 0})
+			_, _ = c.Read(make([]byte, 4096))
+			_, _ = c.Write([]byte{0, 0x40, 0, 0x1, 0x4, 0, 0, 0, 1, 0x88, 0x40, 0x83, 'a', 'b'})
+			if tc, ok := c.(*tls.Conn); ok {
+				if raw, ok := tc.NetConn().(*net.TCPConn); ok {
+					_ = raw.SetLinger(0)
+				}
+			}
 		}),
 		"cut-headers": startHostileTarget(t, false, []string{"http/1.1"}, func(c net.Conn) {
 			if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
@@ -366,6 +380,7 @@ func TestHostileTargets(t *testing.T) {
 			{"mute", true, http.StatusGatewayTimeout},
 			{"garbage-h2", false, http.StatusBadGateway},
 			{"cut-h2-frame", false, http.StatusBadGateway},
+			{"reset-h2-frame", false, http.StatusBadGateway},
 			{"cut-headers", false, http.StatusBadGateway},
 			{"cut-headers", true, http.StatusBadGateway},
 		} {

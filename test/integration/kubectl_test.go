@@ -76,16 +76,16 @@ func TestKubectl(t *testing.T) {
 	}
 
 	out = mustKubectl(t, s, "get", "mounts")
-	if header := strings.Fields(strings.SplitN(out, "\n", 2)[0]); strings.Join(header, " ") != "NAME TYPE PHASE URL AGE" {
+	if header := strings.Fields(strings.SplitN(out, "\n", 2)[0]); strings.Join(header, " ") != "NAME TYPE PHASE READY REASON AGE" {
 		t.Errorf("table header: %q", header)
 	}
 	// A new mount is Initializing; the status controller may already have probed it (and
-	// set a URL) by the time kubectl lists.
-	if !regexpMatch(`(?m)^prod\s+URL\s+(Initializing|Connecting)\s+(\S+\s+)?\d+s$`, out) || !regexpMatch(`(?m)^team-a\s+Workspace\s+(Initializing|Connecting)\s+(\S+\s+)?\d+s$`, out) {
+	// set its Ready condition) by the time kubectl lists.
+	if !regexpMatch(`(?m)^prod\s+URL\s+(Initializing|Connecting)\s+(\S+\s+){0,2}\d+s$`, out) || !regexpMatch(`(?m)^team-a\s+Workspace\s+(Initializing|Connecting)\s+(\S+\s+){0,2}\d+s$`, out) {
 		t.Errorf("table rows:\n%s", out)
 	}
 	out = mustKubectl(t, s, "get", "mnt", "-o", "wide")
-	if !strings.Contains(out, "REF") || !strings.Contains(out, "Secret/prod/remote-kubeconfig") || !strings.Contains(out, "Workspace/root:org:team-a") {
+	if !regexpMatch(`(?m)^NAME\s+TYPE\s+PHASE\s+READY\s+REASON\s+AGE\s+URL\s+TARGET\s+AGENT\s+IDENTITY$`, out) || !strings.Contains(out, "Secret/prod/remote-kubeconfig") || !strings.Contains(out, "Workspace/root:org:team-a") {
 		t.Errorf("wide table:\n%s", out)
 	}
 

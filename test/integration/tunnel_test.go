@@ -64,7 +64,7 @@ func proxyGet(t *testing.T, cfg *rest.Config, mount, path string) (int, string, 
 // TestTunnel: a standalone mount-apiserver reaches a real kube-apiserver only through a
 // mount-agent process (the mount's Secret names the target, spec.tunnel says how it is
 // reached; the netns tests show that the server cannot dial it, this one that everything goes
-// through the tunnel). Without an agent, requests get 503 with Retry-After naming the mount;
+// through the tunnel). Without an agent, requests get 503 naming the mount;
 // an agent without the right to attach to the mount is refused, also an agent of another
 // mount; with the agent, kubectl get, list and watch work through the mount, and the mount
 // says which replica holds the agent; a killed agent turns requests into 503 and a restarted
@@ -121,9 +121,9 @@ func TestTunnel(t *testing.T) {
 	}
 	targetAddr := strings.TrimPrefix(target.URL, "https://")
 
-	// No agent: 503, Retry-After, the mount named.
-	code, retry, body := proxyGet(t, s.Config, "edge", "/api")
-	if code != http.StatusServiceUnavailable || retry == "" || !strings.Contains(body, `mount \"edge\"`) || !strings.Contains(body, "no agent") {
+	// No agent: 503 naming the mount, without Retry-After (client-go obeys it ten times).
+	code, retry, body := proxyGet(t, s.Config, "edge", "/api/v1")
+	if code != http.StatusServiceUnavailable || retry != "" || !strings.Contains(body, `mount \"edge\"`) || !strings.Contains(body, "no agent") {
 		t.Fatalf("without an agent: %d Retry-After=%q %s", code, retry, body)
 	}
 
@@ -152,7 +152,7 @@ func TestTunnel(t *testing.T) {
 	until(t, "the refusals", func() bool {
 		return strings.Contains(refused.Log(), "refused the attach: 403") && strings.Contains(wrongMount.Log(), "refused the attach: 403")
 	})
-	if code, _, _ := proxyGet(t, s.Config, "edge", "/api"); code != http.StatusServiceUnavailable {
+	if code, _, _ := proxyGet(t, s.Config, "edge", "/api/v1"); code != http.StatusServiceUnavailable {
 		t.Fatalf("edge with only a refused agent: %d", code)
 	}
 	refused.Kill()
@@ -243,15 +243,15 @@ func TestTunnel(t *testing.T) {
 	if n := agent.Metric(t, `mount_tunnel_attaches_total{mount="edge"}`); n != "1" {
 		t.Errorf("sessions of the agent after twice the request timeout: %s, want 1", n)
 	}
-	if code, _, body := proxyGet(t, s.Config, "edge", "/api"); code != http.StatusOK {
+	if code, _, body := proxyGet(t, s.Config, "edge", "/api/v1"); code != http.StatusOK {
 		t.Fatalf("after the request timeout: %d %s", code, body)
 	}
 
 	// Killed: 503 (once the server sees the connection gone); restarted: works again.
 	agent.Kill()
 	until(t, "503 after the agent was killed", func() bool {
-		code, retry, _ := proxyGet(t, s.Config, "edge", "/api")
-		return code == http.StatusServiceUnavailable && retry != ""
+		code, retry, _ := proxyGet(t, s.Config, "edge", "/api/v1")
+		return code == http.StatusServiceUnavailable && retry == ""
 	})
 	waitForMount(ctx, t, mounts, "edge", func(m *v1alpha1.Mount) bool {
 		return meta.IsStatusConditionFalse(m.Status.Conditions, v1alpha1.ConditionAgentConnected) && m.Status.Phase != v1alpha1.MountPhaseReady
@@ -263,7 +263,7 @@ func TestTunnel(t *testing.T) {
 	}
 	broken := framework.StartAgent(t, edgeAgent, "edge", "127.0.0.1:"+strconv.Itoa(closedPort))
 	until(t, "the session of the agent whose target is down", broken.Ready)
-	if code, _, body := proxyGet(t, s.Config, "edge", "/api"); code != http.StatusBadGateway || !strings.Contains(body, `"kind":"Status"`) {
+	if code, _, body := proxyGet(t, s.Config, "edge", "/api/v1"); code != http.StatusBadGateway || !strings.Contains(body, `"kind":"Status"`) {
 		t.Fatalf("target down behind the agent: %d %s", code, body)
 	}
 	if !broken.Ready() {
@@ -273,7 +273,7 @@ func TestTunnel(t *testing.T) {
 
 	agent = framework.StartAgent(t, edgeAgent, "edge", targetAddr)
 	until(t, "the restarted agent's session", agent.Ready)
-	if code, _, body := proxyGet(t, s.Config, "edge", "/api"); code != http.StatusOK {
+	if code, _, body := proxyGet(t, s.Config, "edge", "/api/v1"); code != http.StatusOK {
 		t.Fatalf("after the restart: %d %s", code, body)
 	}
 

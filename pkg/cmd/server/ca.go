@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kcp-dev/mount-apiserver/pkg/cli"
 	"github.com/kcp-dev/mount-apiserver/pkg/cmd/server/options"
 )
 
@@ -40,10 +41,7 @@ front-proxy, the host's aggregator) reach it by.`,
 			return nil
 		},
 	}
-	// The server's grouped help would list the server's flags; this command has its own.
-	defaults := &cobra.Command{}
-	cmd.SetUsageFunc(defaults.UsageFunc())
-	cmd.SetHelpFunc(defaults.HelpFunc())
+	cli.OwnHelp(cmd)
 	fs := cmd.Flags()
 	fs.StringVar(&o.RootDirectory, "root-directory", o.RootDirectory, "The server's --root-directory.")
 	fs.StringSliceVar(&o.ServingCertHosts, "serving-cert-hosts", o.ServingCertHosts, "The server's --serving-cert-hosts: names and IPs the serving certificate covers besides localhost and loopback.")

@@ -8,6 +8,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/authorization"
+	"github.com/kcp-dev/mount-apiserver/pkg/cli"
 	"github.com/kcp-dev/mount-apiserver/pkg/cmd/server/options"
 	"github.com/kcp-dev/mount-apiserver/pkg/pki"
 )
@@ -27,15 +28,24 @@ admin.kubeconfig there names. What the user may do follows from the groups:
   %s  everything, including lending a mount's credentials as they are
   %s  manage mounts and Secrets, proxy through mounts with every verb
   %s  read mounts, proxy read requests (get)
+  %s<name>  attach to mount <name> as its agent, nothing else
 
-A user in none of them may only read discovery. Through Impersonate mounts every user reaches
-the targets under their own name and groups; the targets' RBAC decides there.`,
-			authorization.AdminsGroup, authorization.EditorsGroup, authorization.ViewersGroup),
-		Example: "  mount-apiserver kubeconfig --user alice --group " + authorization.EditorsGroup + " > alice.kubeconfig",
-		Args:    cobra.NoArgs,
+A user in none of them may only read discovery and ask about themselves (kubectl auth whoami,
+auth can-i). Other groups of the %s prefix are refused: a typo would grant nothing.
+Through Impersonate mounts every user reaches the targets under their own name and groups;
+the targets' RBAC decides there.`,
+			authorization.AdminsGroup, authorization.EditorsGroup, authorization.ViewersGroup, authorization.AgentGroupPrefix, authorization.GroupPrefix),
+		Example: "  mount-apiserver kubeconfig --user alice --group " + authorization.EditorsGroup + " > alice.kubeconfig\n" +
+			"  mount-apiserver kubeconfig --user edge-agent --group " + authorization.AgentGroupPrefix + "edge > edge-agent.kubeconfig",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if userName == "" {
 				return fmt.Errorf("--user is required")
+			}
+			for _, g := range groups {
+				if err := authorization.ValidateGroup(g); err != nil {
+					return fmt.Errorf("--group: %w", err)
+				}
 			}
 			if certDir == "" {
 				certDir = filepath.Join(rootDir, "pki")
@@ -61,10 +71,7 @@ the targets under their own name and groups; the targets' RBAC decides there.`,
 			return err
 		},
 	}
-	// The server's grouped help would list the server's flags; this command has its own.
-	defaults := &cobra.Command{}
-	cmd.SetUsageFunc(defaults.UsageFunc())
-	cmd.SetHelpFunc(defaults.HelpFunc())
+	cli.OwnHelp(cmd)
 	cmd.Flags().StringVar(&rootDir, "root-directory", options.DefaultRootDirectory, "The standalone server's root directory.")
 	cmd.Flags().StringVar(&certDir, "cert-dir", "", "Directory of the server's CA, if not <root-directory>/pki.")
 	cmd.Flags().StringVar(&userName, "user", "", "User name (the certificate's common name).")

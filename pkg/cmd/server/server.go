@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 
 	"github.com/spf13/cobra"
-	cliflag "k8s.io/component-base/cli/flag"
 	"k8s.io/component-base/cli/globalflag"
 	"k8s.io/component-base/logs"
 	logsapi "k8s.io/component-base/logs/api/v1"
@@ -17,6 +16,7 @@ import (
 	"k8s.io/component-base/term"
 	"k8s.io/klog/v2"
 
+	"github.com/kcp-dev/mount-apiserver/pkg/cli"
 	"github.com/kcp-dev/mount-apiserver/pkg/cmd/server/options"
 	"github.com/kcp-dev/mount-apiserver/pkg/lockfile"
 	"github.com/kcp-dev/mount-apiserver/pkg/tunnel"
@@ -56,11 +56,12 @@ With no flags it runs standalone: an embedded etcd and generated certificates un
 	fss := o.Flags()
 	// The logs flag set has -v and the other logging flags already.
 	globalflag.AddGlobalFlags(fss.FlagSet("global"), cmd.Name(), logs.SkipLoggingConfigurationFlags())
+	cli.AddVersion(cmd, fss.FlagSet("global"))
 	for _, fs := range fss.FlagSets {
 		cmd.Flags().AddFlagSet(fs)
 	}
 	cols, _, _ := term.TerminalSize(cmd.OutOrStdout())
-	cliflag.SetUsageAndHelpFunc(cmd, fss, cols)
+	cli.SetUsageAndHelpFunc(cmd, fss, cols)
 	return cmd
 }
 
@@ -90,7 +91,7 @@ func Run(ctx context.Context, o *options.Options) error {
 	}()
 
 	info := version.Get()
-	logger.Info("Starting mount-apiserver", "version", info.GitVersion, "rootDirectory", completed.RootDirectory)
+	logger.Info("Starting mount-apiserver", "version", info.GitVersion, "kubernetes", version.Kubernetes(nil), "rootDirectory", completed.RootDirectory)
 	cfg, err := completed.Config(ctx)
 	if err != nil {
 		return err

@@ -56,6 +56,12 @@ func TestHelp(t *testing.T) {
 			t.Errorf("--help does not show %s (%s)", c.what, c.pattern)
 		}
 	}
+	// The subcommands are listed (they were not).
+	for _, sub := range []string{"kubeconfig", "ca", "version"} {
+		if !regexp.MustCompile(`(?m)^Available Commands:\n(?:  .*\n)*  ` + sub + ` +\S`).MatchString(help) {
+			t.Errorf("--help does not list the subcommand %s", sub)
+		}
+	}
 	for _, wrong := range []string{"wardle", "apiserver.local.config", "self-signed"} {
 		if strings.Contains(help, wrong) {
 			t.Errorf("--help mentions %q", wrong)
@@ -126,5 +132,38 @@ func TestCACommand(t *testing.T) {
 	cert, err := x509.ParseCertificate(block.Bytes)
 	if err != nil || !slices.Contains(cert.DNSNames, "mounts.example.com") {
 		t.Errorf("the serving certificate's names: %v %v", cert.DNSNames, err)
+	}
+}
+
+// TestKubeconfigCommand: kubeconfig --help names every group, the agent's too, and a group of
+// the server's prefix that it does not know (a typo) is refused before anything is signed.
+func TestKubeconfigCommand(t *testing.T) {
+	run := func(args ...string) (string, error) {
+		cmd := NewCommand(context.Background())
+		var out bytes.Buffer
+		cmd.SetOut(&out)
+		cmd.SetErr(&out)
+		cmd.SetArgs(append([]string{"kubeconfig"}, args...))
+		err := cmd.Execute()
+		return out.String(), err
+	}
+	help, err := run("--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, group := range []string{"mount-apiserver:admins", "mount-apiserver:editors", "mount-apiserver:viewers", "mount-apiserver:agent:<name>"} {
+		if !strings.Contains(help, group) {
+			t.Errorf("kubeconfig --help does not name %s:\n%s", group, help)
+		}
+	}
+	// The root directory does not exist: a group refused is refused first.
+	root := filepath.Join(t.TempDir(), "none")
+	for _, group := range []string{"mount-apiserver:admin", "mount-apiserver:agent:Edge", "system:masters"} {
+		if _, err := run("--root-directory", root, "--user", "alice", "--group", "team-a,"+group); err == nil || !strings.HasPrefix(err.Error(), "--group: \""+group+"\"") {
+			t.Errorf("--group %s: %v", group, err)
+		}
+	}
+	if _, err := run("--root-directory", root, "--user", "alice", "--group", "team-a,mount-apiserver:agent:edge"); err == nil || !strings.Contains(err.Error(), "reading the admin kubeconfig") {
+		t.Errorf("valid groups: %v", err)
 	}
 }

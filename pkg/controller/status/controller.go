@@ -36,11 +36,17 @@ const ControllerName = "mount-status"
 
 const secretIndex = "secret"
 
-// Prober probes a mount's target. When the probe takes longer than wait, it returns pending,
-// closed when the probe has finished; probing the mount again then returns that result.
+// Prober probes a mount's target with a probe begun at or after since. When the probe takes
+// longer than wait, it returns pending, closed when the probe has finished; probing the mount
+// again then returns that result.
 type Prober interface {
-	ProbeWithin(ctx context.Context, m *mounts.Mount, wait time.Duration) (r proxy.ProbeResult, pending <-chan struct{})
+	ProbeSince(ctx context.Context, m *mounts.Mount, wait time.Duration, since time.Time) (r proxy.ProbeResult, pending <-chan struct{})
 }
+
+// refreshInterval bounds how often a mount is probed at once because the proxy or its agent
+// saw a change: a target whose requests alternate between answers and failures costs a
+// probe (and at most a status write) per second, no more.
+const refreshInterval = time.Second
 
 // Options tune the controller.
 type Options struct {
@@ -108,9 +114,12 @@ type Controller struct {
 	// resolveBackoff spaces the lookups of Workspace and Redirect mounts that are not Ready.
 	resolveBackoff workqueue.TypedRateLimiter[string]
 
-	// mu guards phases, keyed like the queue (Key).
+	// mu guards phases, since and refreshed, keyed like the queue (Key).
 	mu     sync.Mutex
 	phases map[string]v1alpha1.MountPhase
+	// since is when something was last seen to change for a mount (Refresh): its next probe
+	// must begin after it. refreshed is when a refresh last queued it.
+	since, refreshed map[string]time.Time
 }
 
 // New returns a controller over informer; recorder may be nil (standalone mode: no events).
@@ -128,14 +137,16 @@ func New(client clientset.Interface, informer mountinformers.MountInformer, prob
 		opts.ProbeWait = DefaultProbeWait
 	}
 	c := &Controller{
-		client:   client,
-		indexer:  informer.Informer().GetIndexer(),
-		synced:   informer.Informer().HasSynced,
-		prober:   prober,
-		recorder: recorder,
-		opts:     opts,
-		metrics:  DefaultMetrics(),
-		phases:   map[string]v1alpha1.MountPhase{},
+		client:    client,
+		indexer:   informer.Informer().GetIndexer(),
+		synced:    informer.Informer().HasSynced,
+		prober:    prober,
+		recorder:  recorder,
+		opts:      opts,
+		metrics:   DefaultMetrics(),
+		phases:    map[string]v1alpha1.MountPhase{},
+		since:     map[string]time.Time{},
+		refreshed: map[string]time.Time{},
 
 		resolveBackoff: newResolveBackoff(),
 	}
@@ -155,14 +166,19 @@ func New(client clientset.Interface, informer mountinformers.MountInformer, prob
 			o, n := oldObj.(*v1alpha1.Mount), newObj.(*v1alpha1.Mount)
 			// Our own status writes change neither; a spec change or a status reset does.
 			// So does an agent attaching or leaving (pkg/controller/agentconnected): the phase
-			// follows it at once, not at the next probe.
-			if o.Generation != n.Generation || n.Status.ObservedGeneration != n.Generation || n.Status.Phase == "" || agentChanged(o, n) {
+			// follows it at once, with a probe begun after it, not at the next probe nor with
+			// the result of one from before (which said that no agent was there).
+			switch {
+			case agentChanged(o, n):
+				c.refresh(Key(n))
+			case o.Generation != n.Generation || n.Status.ObservedGeneration != n.Generation || n.Status.Phase == "":
 				c.enqueue(n)
 			}
 		},
 		DeleteFunc: func(obj any) {
 			if m := DeletedMount(obj); m != nil {
 				c.setPhase(Key(m), "")
+				c.forget(Key(m))
 			}
 		},
 	}); err != nil {
@@ -199,6 +215,55 @@ func (c *Controller) enqueue(obj any) {
 	}
 }
 
+// Observed is the proxy's Observer: requests through m began to reach its target (reached) or
+// stopped reaching it. When the mount's phase says otherwise, the mount is probed again at
+// once, with a probe begun now, and its status follows; the probe, not the request, decides.
+func (c *Controller) Observed(ctx context.Context, m *mounts.Mount, reached bool) {
+	key := m.Name
+	if cluster := clusters.From(ctx); cluster != clusters.DefaultCluster && cluster != "" {
+		key = string(cluster) + "/" + m.Name
+	}
+	c.mu.Lock()
+	phase, known := c.phases[key]
+	c.mu.Unlock()
+	if !known || (phase == v1alpha1.MountPhaseReady) == reached {
+		return
+	}
+	c.refresh(key)
+}
+
+// refresh probes the mount of key again now, with a probe begun after this call, at most
+// once per refreshInterval.
+func (c *Controller) refresh(key string) {
+	now := time.Now()
+	c.mu.Lock()
+	c.since[key] = now
+	wait := refreshInterval - now.Sub(c.refreshed[key])
+	if wait <= 0 {
+		c.refreshed[key] = now
+	}
+	c.mu.Unlock()
+	if wait > 0 {
+		c.queue.Load().AddAfter(key, wait)
+		return
+	}
+	c.queue.Load().Add(key)
+}
+
+// sinceOf is the time the mount of key was last seen to change (refresh).
+func (c *Controller) sinceOf(key string) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.since[key]
+}
+
+func (c *Controller) forget(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.since, key)
+	delete(c.refreshed, key)
+}
+
 // SecretChanged re-probes at once every mount that references the Secret, in every logical
 // cluster: a change notification without a cluster costs extra probes, never a missed one.
 func (c *Controller) SecretChanged(namespace, name string) {
@@ -222,8 +287,8 @@ func (c *Controller) Run(ctx context.Context) {
 		c.queue.Store(queue)
 	}
 	defer queue.ShutDown()
-	logger := klog.FromContext(ctx).WithName(ControllerName)
-	ctx = klog.NewContext(ctx, logger)
+	// The caller names the logger (pkg/apiserver: mount-status).
+	logger := klog.FromContext(ctx)
 	logger.Info("Starting status controller", "workers", c.opts.Workers, "interval", c.opts.Interval)
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced) {
 		return
@@ -322,7 +387,7 @@ func (c *Controller) reconcile(ctx context.Context, queue *workQueue, key string
 		}
 		internal.Namespace = "" // the cache's cluster key, see NewAllClustersInformer
 		start := time.Now()
-		probe, probed := c.prober.ProbeWithin(ctx, internal, c.opts.ProbeWait)
+		probe, probed := c.prober.ProbeSince(ctx, internal, c.opts.ProbeWait, c.sinceOf(key))
 		if probed != nil {
 			klog.FromContext(ctx).V(4).Info("Probe still running; reconciling when it is done", "key", key)
 			return pending, probed, nil

@@ -115,16 +115,19 @@ func SchemaName(spec *apisv1alpha1.APIResourceSchemaSpec) (string, error) {
 
 // printerColumns follow the server's table (pkg/registry/mounts): kcp forwards kubectl's
 // Accept header, so kubectl prints the server's table; these columns are what the schema
-// says to tools that read it instead. Ref shows the name only, which JSONPath can express.
+// says to tools that read it instead. Target shows the name only, which JSONPath can express,
+// and Reason the whole reason (the server's table shortens one beyond 32 characters).
 func printerColumns() []apiextensionsv1.CustomResourceColumnDefinition {
 	return []apiextensionsv1.CustomResourceColumnDefinition{
 		{Name: "Type", Type: "string", JSONPath: ".spec.type", Description: "How the mount reaches its target: URL, Workspace or Redirect."},
 		{Name: "Phase", Type: "string", JSONPath: ".status.phase", Description: "Initializing, Connecting, Ready or Unknown."},
-		{Name: "URL", Type: "string", JSONPath: ".status.URL", Description: "The URL at which the mount's proxy is served."},
+		{Name: "Ready", Type: "string", JSONPath: `.status.conditions[?(@.type=="Ready")].status`, Description: "Status of the Ready condition."},
+		{Name: "Reason", Type: "string", JSONPath: `.status.conditions[?(@.type=="Ready")].reason`, Description: "Reason of the Ready condition."},
 		{Name: "Age", Type: "date", JSONPath: ".metadata.creationTimestamp", Description: "Time since the mount was created."},
-		{Name: "Ref", Type: "string", Priority: 1, JSONPath: ".spec.ref.name", Description: "Name of the object that backs the mount."},
+		{Name: "URL", Type: "string", Priority: 1, JSONPath: ".status.URL", Description: "The URL at which the mount's proxy is served."},
+		{Name: "Target", Type: "string", Priority: 1, JSONPath: ".spec.ref.name", Description: "Name of the object that backs the mount."},
+		{Name: "Agent", Type: "string", Priority: 1, JSONPath: `.status.conditions[?(@.type=="AgentConnected")].reason`, Description: "Reason of the AgentConnected condition of a tunnel mount: Attached or Detached."},
 		{Name: "Identity", Type: "string", Priority: 1, JSONPath: ".spec.identity.mode", Description: "Identity mode of proxied requests."},
-		{Name: "Ready", Type: "string", Priority: 1, JSONPath: `.status.conditions[?(@.type=="Ready")].status`, Description: "Status of the Ready condition."},
 	}
 }
 

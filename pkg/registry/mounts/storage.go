@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
+	"github.com/kcp-dev/mount-apiserver/pkg/registry/applyerrors"
 	"github.com/kcp-dev/mount-apiserver/pkg/storagevalue"
 )
 
@@ -149,6 +150,12 @@ func (g storedRESTOptions) GetRESTOptions(resource schema.GroupResource, example
 // ShortNames lets users type `kubectl get mnt`.
 func (r *REST) ShortNames() []string { return []string{"mnt"} }
 
+// Update is the store's; a server-side apply patch that does not fit the schema (a typo) is
+// the caller's fault, BadRequest (pkg/registry/applyerrors).
+func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc, updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
+	return r.Store.Update(ctx, name, applyerrors.Wrap(objInfo), createValidation, updateValidation, forceAllowCreate, options)
+}
+
 // New returns an empty Mount.
 func (r *StatusREST) New() runtime.Object { return &mounts.Mount{} }
 
@@ -163,7 +170,7 @@ func (r *StatusREST) Get(ctx context.Context, name string, options *metav1.GetOp
 // Update changes the status of a Mount and nothing else.
 func (r *StatusREST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc, updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
 	// Status updates never create: a status without its Mount means nothing.
-	return r.store.Update(ctx, name, objInfo, createValidation, updateValidation, false, options)
+	return r.store.Update(ctx, name, applyerrors.Wrap(objInfo), createValidation, updateValidation, false, options)
 }
 
 // GetResetFields returns the fields that status updates ignore.

@@ -15,8 +15,10 @@ import (
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
 )
 
-// tableConvertor prints Mounts for `kubectl get`: NAME, TYPE, PHASE, URL, AGE, and with
-// -o wide the reference, the identity mode and the Ready condition.
+// tableConvertor prints Mounts for `kubectl get`: NAME, TYPE, PHASE, READY, REASON (of the
+// Ready condition: why a mount that cannot work does not), AGE; with -o wide the URL (the same
+// long prefix on every row), the target (the object that backs the mount), the agent of a
+// tunnel mount (the AgentConnected condition's reason) and the identity mode.
 type tableConvertor struct{}
 
 var _ rest.TableConvertor = tableConvertor{}
@@ -25,11 +27,13 @@ var columns = []metav1.TableColumnDefinition{
 	{Name: "Name", Type: "string", Format: "name", Description: "Name of the mount."},
 	{Name: "Type", Type: "string", Description: "How the mount reaches its target: URL, Workspace or Redirect."},
 	{Name: "Phase", Type: "string", Description: "Initializing, Connecting, Ready or Unknown."},
-	{Name: "URL", Type: "string", Description: "The URL at which the mount's proxy is served."},
+	{Name: "Ready", Type: "string", Description: "Status of the Ready condition."},
+	{Name: "Reason", Type: "string", Description: "Reason of the Ready condition."},
 	{Name: "Age", Type: "string", Description: "Time since the mount was created."},
-	{Name: "Ref", Type: "string", Priority: 1, Description: "The object that backs the mount."},
+	{Name: "URL", Type: "string", Priority: 1, Description: "The URL at which the mount's proxy is served."},
+	{Name: "Target", Type: "string", Priority: 1, Description: "The object that backs the mount."},
+	{Name: "Agent", Type: "string", Priority: 1, Description: "Reason of the AgentConnected condition of a tunnel mount: Attached or Detached."},
 	{Name: "Identity", Type: "string", Priority: 1, Description: "Identity mode of proxied requests."},
-	{Name: "Ready", Type: "string", Priority: 1, Description: "Status of the Ready condition."},
 }
 
 func (tableConvertor) ConvertToTable(_ context.Context, obj runtime.Object, tableOptions runtime.Object) (*metav1.Table, error) {
@@ -79,11 +83,13 @@ func row(m *mounts.Mount, now time.Time, withManagedFields bool) metav1.TableRow
 			m.Name,
 			string(m.Spec.Type),
 			string(m.Status.Phase),
-			m.Status.URL,
+			conditionStatus(m.Status.Conditions, v1alpha1.ConditionReady),
+			conditionReason(m.Status.Conditions, v1alpha1.ConditionReady),
 			age(m.CreationTimestamp, now),
+			m.Status.URL,
 			ref(&m.Spec.Ref),
+			conditionReason(m.Status.Conditions, v1alpha1.ConditionAgentConnected),
 			string(m.Spec.Identity.Mode),
-			readyStatus(m.Status.Conditions),
 		},
 	}
 }
@@ -102,9 +108,24 @@ func ref(r *mounts.ObjectReference) string {
 	return r.Kind + "/" + r.Name
 }
 
-func readyStatus(conditions []metav1.Condition) string {
-	if c := meta.FindStatusCondition(conditions, v1alpha1.ConditionReady); c != nil {
+func conditionStatus(conditions []metav1.Condition, t string) string {
+	if c := meta.FindStatusCondition(conditions, t); c != nil {
 		return string(c.Status)
 	}
 	return ""
 }
+
+// conditionReason is the condition's reason, at most maxReason characters: the column stays
+// narrow whatever a writer of the status put there.
+func conditionReason(conditions []metav1.Condition, t string) string {
+	c := meta.FindStatusCondition(conditions, t)
+	if c == nil {
+		return ""
+	}
+	if len(c.Reason) > maxReason {
+		return c.Reason[:maxReason-3] + "..."
+	}
+	return c.Reason
+}
+
+const maxReason = 32

@@ -14,7 +14,17 @@ import (
 func TestConvertToTable(t *testing.T) {
 	m := testMount()
 	m.CreationTimestamp = metav1.NewTime(time.Now().Add(-90 * time.Minute))
-	m.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue}}
+	m.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "ProbeSucceeded"}}
+	edge := testMount()
+	edge.Name = "edge"
+	edge.Status.Phase = mounts.MountPhaseConnecting
+	edge.Status.Conditions = []metav1.Condition{
+		{Type: "Ready", Status: metav1.ConditionFalse, Reason: "AgentNotConnected"},
+		{Type: "AgentConnected", Status: metav1.ConditionFalse, Reason: "Detached"},
+	}
+	long := testMount()
+	long.Name = "long"
+	long.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: metav1.ConditionFalse, Reason: "AReasonLongerThanThirtyTwoCharactersInAll"}}
 	ws := &mounts.Mount{
 		ObjectMeta: metav1.ObjectMeta{Name: "team"},
 		Spec: mounts.MountSpec{
@@ -23,7 +33,7 @@ func TestConvertToTable(t *testing.T) {
 			Identity: mounts.MountIdentity{Mode: mounts.IdentityModeImpersonate},
 		},
 	}
-	list := &mounts.MountList{ListMeta: metav1.ListMeta{ResourceVersion: "42", Continue: "c"}, Items: []mounts.Mount{*m, *ws}}
+	list := &mounts.MountList{ListMeta: metav1.ListMeta{ResourceVersion: "42", Continue: "c"}, Items: []mounts.Mount{*m, *ws, *edge, *long}}
 
 	table, err := tableConvertor{}.ConvertToTable(context.Background(), list, nil)
 	if err != nil {
@@ -35,15 +45,17 @@ func TestConvertToTable(t *testing.T) {
 			names = append(names, c.Name)
 		}
 	}
-	if diff := cmp.Diff([]string{"Name", "Type", "Phase", "URL", "Age"}, names); diff != "" {
+	if diff := cmp.Diff([]string{"Name", "Type", "Phase", "Ready", "Reason", "Age"}, names); diff != "" {
 		t.Errorf("default columns (-want +got):\n%s", diff)
 	}
 	if len(table.ColumnDefinitions) != len(table.Rows[0].Cells) {
 		t.Errorf("%d columns but %d cells", len(table.ColumnDefinitions), len(table.Rows[0].Cells))
 	}
 	want := [][]interface{}{
-		{"prod", "URL", "Ready", "https://x/", "90m", "Secret/prod/kubeconfig", "Impersonate", "True"},
-		{"team", "Workspace", "", "", "<unknown>", "Workspace/root:team", "Impersonate", ""},
+		{"prod", "URL", "Ready", "True", "ProbeSucceeded", "90m", "https://x/", "Secret/prod/kubeconfig", "", "Impersonate"},
+		{"team", "Workspace", "", "", "", "<unknown>", "", "Workspace/root:team", "", "Impersonate"},
+		{"edge", "URL", "Connecting", "False", "AgentNotConnected", "<unknown>", "https://x/", "Secret/prod/kubeconfig", "Detached", "Impersonate"},
+		{"long", "URL", "Ready", "False", "AReasonLongerThanThirtyTwoCha...", "<unknown>", "https://x/", "Secret/prod/kubeconfig", "", "Impersonate"},
 	}
 	for i, row := range table.Rows {
 		if diff := cmp.Diff(want[i], row.Cells); diff != "" {

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apiserver/pkg/storage/names"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/clusters"
+	"github.com/kcp-dev/mount-apiserver/pkg/registry/applyerrors"
 )
 
 // REST is the storage of secrets.
@@ -99,7 +100,8 @@ func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObje
 	if err := defaultClusterOnly(ctx); err != nil {
 		return nil, false, err
 	}
-	return r.Store.Update(ctx, name, objInfo, createValidation, updateValidation, forceAllowCreate, options)
+	// A server-side apply patch that does not fit the schema is the caller's fault.
+	return r.Store.Update(ctx, name, applyerrors.Wrap(objInfo), createValidation, updateValidation, forceAllowCreate, options)
 }
 
 // Delete implements rest.GracefulDeleter in the default cluster only.

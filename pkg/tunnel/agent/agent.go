@@ -115,7 +115,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	backoff := initialBackoff
 	for ctx.Err() == nil {
 		start := time.Now()
-		err := a.connectOnce(ctx)
+		up, err := a.connectOnce(ctx)
 		if ctx.Err() != nil {
 			break
 		}
@@ -125,7 +125,17 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		// Full jitter on the upper half: agents of a failed replica do not come back at once.
 		wait := backoff/2 + rand.N(backoff/2+1)
-		logger.Info("Tunnel session ended; reconnecting", "err", errString(err), "after", wait.Round(time.Millisecond))
+		after := wait.Round(time.Millisecond)
+		var refused *refusedError
+		switch {
+		case up:
+			logger.Info("Tunnel session ended; reconnecting", "err", errString(err), "after", after)
+		case errors.As(err, &refused):
+			// What an operator must act on: the agent's hub credentials, its RBAC, the mount.
+			logger.Error(err, "The hub refused the attach; retrying", "after", after)
+		default:
+			logger.Info("Cannot attach to the hub; retrying", "err", errString(err), "after", after)
+		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(wait):
@@ -148,19 +158,20 @@ func errString(err error) string {
 // after its Serve returned: ConnectToProxyWithDialer of v0.6.1 races with its own ping
 // start when ctx ends right after the connect (go test -race), and it logs the hub's answer
 // to a refused attach without returning it.
-func (a *Agent) connectOnce(ctx context.Context) error {
+// It says whether the session was up.
+func (a *Agent) connectOnce(ctx context.Context) (bool, error) {
 	headers, err := a.authHeaders()
 	if err != nil {
-		return err
+		return false, err
 	}
 	ws, resp, err := a.dialer.DialContext(ctx, a.cfg.AttachURL, headers)
 	if err != nil {
 		if resp != nil {
 			defer resp.Body.Close()
 			body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-			return fmt.Errorf("the hub refused the attach: %s: %s", resp.Status, statusMessage(body))
+			return false, &refusedError{status: resp.Status, message: statusMessage(body)}
 		}
-		return fmt.Errorf("connecting to the hub: %w", err)
+		return false, fmt.Errorf("connecting to the hub: %w", err)
 	}
 	defer ws.Close()
 	session := remotedialer.NewClientSessionWithDialer(allowed, ws, a.dial)
@@ -177,7 +188,14 @@ func (a *Agent) connectOnce(ctx context.Context) error {
 		a.metrics.SessionEnded(a.cfg.Mount)
 	}()
 	_, err = session.Serve(ctx)
-	return err
+	return true, err
+}
+
+// refusedError is the hub's answer to an attach it refused.
+type refusedError struct{ status, message string }
+
+func (e *refusedError) Error() string {
+	return fmt.Sprintf("the hub refused the attach: %s: %s", e.status, e.message)
 }
 
 // statusMessage is the message of a metav1.Status body, or the body itself, in one line.
@@ -240,8 +258,8 @@ func (a *Agent) dial(ctx context.Context, network, address string) (net.Conn, er
 }
 
 // noCredentials answers tunnel.AddressAgent on an agent without credentials for its target.
+// No Retry-After: the hub passes the answer on, and client-go would wait for it ten times.
 func noCredentials(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Retry-After", "30")
 	tunnel.WriteStatus(w, &metav1.Status{
 		Code:    http.StatusServiceUnavailable,
 		Reason:  metav1.StatusReasonServiceUnavailable,

@@ -5,13 +5,15 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
-	cliflag "k8s.io/component-base/cli/flag"
 	"k8s.io/component-base/cli/globalflag"
 	"k8s.io/component-base/logs"
 	logsapi "k8s.io/component-base/logs/api/v1"
+	// --logging-format=json.
+	_ "k8s.io/component-base/logs/json/register"
 	"k8s.io/component-base/term"
 	"k8s.io/klog/v2"
 
+	"github.com/kcp-dev/mount-apiserver/pkg/cli"
 	"github.com/kcp-dev/mount-apiserver/pkg/tunnel"
 )
 
@@ -40,11 +42,12 @@ The agent dials only its --target (default: the in-cluster kube-apiserver) for t
 	fss := o.Flags()
 	logsapi.AddFlags(logOptions, fss.FlagSet("logs"))
 	globalflag.AddGlobalFlags(fss.FlagSet("global"), cmd.Name(), logs.SkipLoggingConfigurationFlags())
+	cli.AddVersion(cmd, fss.FlagSet("global"))
 	for _, fs := range fss.FlagSets {
 		cmd.Flags().AddFlagSet(fs)
 	}
 	cols, _, _ := term.TerminalSize(cmd.OutOrStdout())
-	cliflag.SetUsageAndHelpFunc(cmd, fss, cols)
+	cli.SetUsageAndHelpFunc(cmd, fss, cols)
 	return cmd
 }
 

@@ -183,7 +183,7 @@ func TestKubectlThroughTheHost(t *testing.T) {
 		t.Errorf("apply: %s", out)
 	}
 	out = mustKubectl(t, "get", "mounts", "prod")
-	if !regexp.MustCompile(`(?m)^NAME\s+TYPE\s+PHASE\s+URL\s+AGE\n^prod\s+URL\s+`).MatchString(out) {
+	if !regexp.MustCompile(`(?m)^NAME\s+TYPE\s+PHASE\s+READY\s+REASON\s+AGE\n^prod\s+URL\s+`).MatchString(out) {
 		t.Errorf("kubectl get mounts through the host:\n%s", out)
 	}
 	mustKubectl(t, "apply", "--server-side", "-f", filepath.Join(framework.RepoRoot(), "artifacts", "examples", "mount-url.yaml"))

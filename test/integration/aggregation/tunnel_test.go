@@ -82,14 +82,14 @@ func TestTunnelThroughAggregator(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, _ := http.NewRequest(http.MethodGet, kube.URL+proxyPath("tunneled-other")+"/api", nil)
+	req, _ := http.NewRequest(http.MethodGet, kube.URL+proxyPath("tunneled-other")+"/api/v1", nil)
 	resp, err := (&http.Client{Transport: rt}).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "" {
 		t.Errorf("the mount without an agent: %d %s", resp.StatusCode, body)
 	}
 }

@@ -546,6 +546,8 @@ func applyStandaloneAuth(c *genericapiserver.Config, ca *pki.PKI) error {
 	if err != nil {
 		return fmt.Errorf("creating authorizer: %w", err)
 	}
+	// kubectl auth can-i --list (SelfSubjectRulesReview) lists the groups' rights.
+	c.RuleResolver = authorization.Standalone{}
 	return nil
 }
 
@@ -562,6 +564,8 @@ func (o CompletedOptions) applySecrets(ctx context.Context, cfg *mountapiserver.
 	if generic.AdmissionControl, err = lending.New(generic.Authorization.Authorizer, secretsAuthz, targetCheck(cfg.Extra.Proxier.Secrets, policy)); err != nil {
 		return err
 	}
+	// kubectl auth whoami and can-i work for every caller, in every mode.
+	generic.Authorization.Authorizer = authorization.WithSelfReviews(generic.Authorization.Authorizer)
 	return nil
 }
 
