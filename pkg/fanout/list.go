@@ -1,0 +1,480 @@
+package fanout
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+)
+
+// listMeta is what a member's list says about itself.
+type listMeta struct {
+	kind, apiVersion, contentType string
+	table                         bool
+	columns                       []byte
+	columnNames                   []string
+}
+
+func (m *listMeta) from(l *listReader, contentType string) {
+	m.kind, m.apiVersion, m.table, m.columns, m.columnNames, m.contentType = l.kind, l.apiVersion, l.table, l.columns, l.columnNames, contentType
+}
+
+// listQuery is what a list asks of every member.
+type listQuery struct {
+	limit int64
+	// rv is the caller's resourceVersion: "", "0", or composite (positions).
+	rv        string
+	positions Positions
+	rvMatch   string
+}
+
+func (f *fanout) parseListQuery() (listQuery, *memberError) {
+	q := listQuery{rv: f.r.query.Get("resourceVersion"), rvMatch: f.r.query.Get("resourceVersionMatch")}
+	limit, err := queryInt(f.r.query, "limit")
+	if err != nil {
+		return q, &memberError{code: http.StatusBadRequest, message: err.Error()}
+	}
+	q.limit = limit
+	if q.rv != "" && q.rv != "0" {
+		if q.positions, err = DecodePositions(q.rv); err != nil {
+			return q, &memberError{code: http.StatusBadRequest, message: fmt.Sprintf(
+				"resourceVersion %q is not one that mounts/*/proxy issued (a fan-out's resourceVersions name a position in every mount)", truncate(q.rv, 64))}
+		}
+	}
+	return q, nil
+}
+
+// memberRV is the resourceVersion (and match) member m is asked for.
+func (q listQuery) memberRV(m string) (string, string) {
+	if q.positions == nil {
+		return q.rv, q.rvMatch
+	}
+	if rv, ok := q.positions[m]; ok {
+		return rv, q.rvMatch
+	}
+	return "", "" // a member the resourceVersion does not name starts from its current state
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}
+
+// serveList serves a LIST across the members: pages when the caller asks for them (limit,
+// unless resourceVersion is 0, which kube-apiserver serves whole from its cache too), else one
+// stream.
+func (f *fanout) serveList(w http.ResponseWriter) {
+	q, bad := f.parseListQuery()
+	if bad != nil {
+		writeStatus(w, newStatus(int32(bad.code), reasonFor(bad.code), bad.message))
+		return
+	}
+	if q.limit > 0 && q.rv != "0" || f.r.query.Get("continue") != "" {
+		f.servePage(w, q)
+		return
+	}
+	f.serveStream(w, q)
+}
+
+// chunkBytes is how many bytes of edited items a member hands over at once.
+const chunkBytes = 32 << 10
+
+// streamMember is one member of an unpaged list.
+type streamMember struct {
+	*member
+	cancel context.CancelFunc
+	// q carries chunks of edited items, comma-separated; it is closed after the last.
+	q     chan []byte
+	ready sync.Once
+	// Set before ready: the list's meta, or err.
+	meta listMeta
+	err  *memberError
+	// rv, and late (a failure after the member was ready), are set before q is closed.
+	rv   string
+	late *memberError
+	// excluded: the writer drops this member's items (it failed or answered another kind).
+	excluded bool
+}
+
+// serveStream serves an unpaged list: every member at once, items merged as they arrive. The
+// answer starts once every member has answered its first items, finished or failed, or the
+// deadline passed (so that its Warnings name the members that failed), and holds at most
+// MaxBufferedBytes per member meanwhile. A member that fails after the answer started ends it
+// with an error rather than with its items missing, since a client that asked for everything
+// must not get less without knowing.
+func (f *fanout) serveStream(w http.ResponseWriter, q listQuery) {
+	ctx := f.req.Context()
+	timeout := f.server.memberTimeout()
+	depth := max(f.server.maxBufferedBytes()/chunkBytes, 1)
+	notify := make(chan *streamMember, len(f.members)*(depth+2))
+	var ready sync.WaitGroup
+	sms := make([]*streamMember, len(f.members))
+	sem := make(chan struct{}, f.server.maxConcurrency())
+	for i, m := range f.members {
+		mctx, cancel := context.WithCancel(ctx)
+		sm := &streamMember{member: m, cancel: cancel, q: make(chan []byte, depth)}
+		sms[i] = sm
+		ready.Add(1)
+		go func() {
+			defer cancel()
+			sem <- struct{}{}
+			released := false
+			release := func() {
+				if !released {
+					released = true
+					<-sem
+				}
+			}
+			defer release()
+			f.streamMember(mctx, sm, q, timeout, &ready, notify, release)
+		}()
+	}
+	allReady := make(chan struct{})
+	go func() { ready.Wait(); close(allReady) }()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	select {
+	case <-allReady:
+	case <-deadline.C:
+	case <-ctx.Done():
+		return
+	}
+	// Who is in: members that answered; the others are cancelled and named.
+	failed := map[string]*memberError{}
+	var chosen *streamMember
+	for _, sm := range sms {
+		sm.ready.Do(func() {
+			sm.err = &memberError{code: http.StatusGatewayTimeout, message: fmt.Sprintf("no answer within %s", timeout)}
+			sm.excluded = true
+			sm.cancel()
+			ready.Done()
+		})
+	}
+	<-allReady
+	for _, sm := range sms {
+		switch {
+		case sm.err != nil:
+			sm.excluded = true
+			failed[sm.name] = sm.err
+		case chosen == nil:
+			chosen = sm
+		case sm.meta.kind != chosen.meta.kind || sm.meta.table != chosen.meta.table:
+			sm.excluded = true
+			sm.cancel()
+			failed[sm.name] = &memberError{code: http.StatusBadGateway, message: fmt.Sprintf("it answered a %s, other mounts a %s", sm.meta.kind, chosen.meta.kind)}
+		}
+	}
+	if chosen == nil {
+		allFailed(w, failed)
+		return
+	}
+	warn(ctx, failed)
+	remaps := map[*streamMember][]int{}
+	if chosen.meta.table {
+		for _, sm := range sms {
+			if !sm.excluded && sm != chosen {
+				if r := remap(chosen.meta.columnNames, sm.meta.columnNames); r != nil {
+					remaps[sm] = r
+				}
+			}
+		}
+	}
+
+	out := newListWriter(w, chosen.meta)
+	open := len(sms)
+	var scratch []byte
+	for open > 0 {
+		var sm *streamMember
+		select {
+		case sm = <-notify:
+		case <-ctx.Done():
+			return
+		}
+		chunk, ok := <-sm.q
+		if !ok {
+			open--
+			if sm.late != nil && !sm.excluded {
+				// The answer has begun: a client must not take what follows for all there is.
+				f.logger().Info("A member of a fan-out list failed after the answer began; ending the answer with an error", "mount", sm.name, "err", sm.late.message)
+				panic(http.ErrAbortHandler)
+			}
+			continue
+		}
+		if sm.excluded {
+			continue
+		}
+		if r, ok := remaps[sm]; ok {
+			var err error
+			if scratch, err = remapRows(scratch[:0], chunk, r); err != nil {
+				panic(http.ErrAbortHandler)
+			}
+			chunk = scratch
+		}
+		if err := out.items(chunk); err != nil {
+			return // the caller went away
+		}
+	}
+	positions := Positions{}
+	for _, sm := range sms {
+		if !sm.excluded && sm.rv != "" {
+			positions[sm.name] = sm.rv
+		}
+	}
+	_ = out.end(EncodePositions(positions), "")
+}
+
+// streamMember lists one member and hands its edited items over in chunks.
+func (f *fanout) streamMember(ctx context.Context, sm *streamMember, q listQuery, timeout time.Duration, ready *sync.WaitGroup, notify chan<- *streamMember, release func()) {
+	// Only the time to the answer's start is bounded here: once the fan-out's answer has
+	// begun, a member streams on under the request's own timeout.
+	startCtx, cancelStart := context.WithCancel(ctx)
+	timer := time.AfterFunc(timeout, cancelStart)
+	defer cancelStart()
+	fail := func(err *memberError) {
+		early := false
+		sm.ready.Do(func() {
+			sm.err, early = err, true
+			ready.Done()
+		})
+		if !early {
+			sm.late = err
+		}
+		close(sm.q)
+		notify <- sm
+	}
+	query := f.memberQuery(sm.member)
+	if rv, match := q.memberRV(sm.name); rv != "" {
+		query.Set("resourceVersion", rv)
+		if match != "" {
+			query.Set("resourceVersionMatch", match)
+		}
+	}
+	resp, err := f.send(startCtx, sm.member, f.r.path, query, f.accept)
+	if err != nil {
+		fail(failure(ctx, err, timeout))
+		return
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		fail(errorOf(resp))
+		return
+	}
+	if !isJSON(resp.Header.Get("Content-Type")) {
+		fail(&memberError{code: http.StatusBadGateway, message: fmt.Sprintf("it answered in %q, not JSON", resp.Header.Get("Content-Type"))})
+		return
+	}
+	lr, err := newListReader(resp.Body)
+	if err != nil {
+		fail(failure(ctx, err, timeout))
+		return
+	}
+	meta := listMeta{}
+	meta.from(lr, resp.Header.Get("Content-Type"))
+	ed := &editor{mount: sm.name}
+	var chunk []byte
+	send := func() bool {
+		select {
+		case sm.q <- chunk:
+		default:
+			// The buffer is full: this member answered enough to let the answer start.
+			sm.ready.Do(func() { sm.meta = meta; ready.Done() })
+			// Waiting for the client does not count against the member's deadline.
+			timer.Stop()
+			release()
+			select {
+			case sm.q <- chunk:
+			case <-ctx.Done():
+				return false
+			}
+		}
+		notify <- sm
+		chunk = make([]byte, 0, chunkBytes+4096)
+		return true
+	}
+	chunk = make([]byte, 0, chunkBytes+4096)
+	for {
+		item, err := lr.next()
+		if err != nil {
+			if startCtx.Err() != nil && ctx.Err() == nil {
+				err = context.DeadlineExceeded
+			}
+			fail(failure(ctx, err, timeout))
+			return
+		}
+		if item == nil {
+			break
+		}
+		if len(chunk) > 0 {
+			chunk = append(chunk, ',')
+		}
+		if meta.table {
+			chunk, err = ed.row(chunk, item, nil)
+		} else {
+			chunk, _, err = ed.object(chunk, item, false)
+		}
+		if err != nil {
+			fail(failure(ctx, err, timeout))
+			return
+		}
+		if len(chunk) >= chunkBytes && !send() {
+			fail(&memberError{code: http.StatusServiceUnavailable, message: "cancelled"})
+			return
+		}
+	}
+	sm.rv = lr.rv
+	if len(chunk) > 0 && !send() {
+		fail(&memberError{code: http.StatusServiceUnavailable, message: "cancelled"})
+		return
+	}
+	sm.ready.Do(func() { sm.meta = meta; ready.Done() })
+	close(sm.q)
+	notify <- sm
+}
+
+// remap returns, for each of want's columns, the index of the column of the same name in
+// have; nil when they are the same.
+func remap(want, have []string) []int {
+	if slices.Equal(want, have) {
+		return nil
+	}
+	r := make([]int, len(want))
+	for i, name := range want {
+		r[i] = slices.Index(have, name)
+	}
+	return r
+}
+
+// remapRows reorders the cells (after the mount's) of comma-separated edited rows.
+func remapRows(dst, rows []byte, r []int) ([]byte, error) {
+	arr := make([]byte, 0, len(rows)+2)
+	arr = append(append(append(arr, '['), rows...), ']')
+	els, err := elements(arr, nil)
+	if err != nil {
+		return dst, err
+	}
+	var e editor
+	for i, el := range els {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		if dst, err = e.remapRow(dst, arr[el[0]:el[1]], r); err != nil {
+			return dst, err
+		}
+	}
+	return dst, nil
+}
+
+// remapRow reorders an edited row's cells after the first (the mount's).
+func (e *editor) remapRow(dst, row []byte, r []int) ([]byte, error) {
+	fs, err := objectFields(row, nil)
+	if err != nil {
+		return dst, err
+	}
+	dst = append(dst, '{')
+	for i, f := range fs {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		if f.key != "cells" {
+			dst = append(dst, row[f.keyStart:f.end]...)
+			continue
+		}
+		cells := row[f.start:f.end]
+		if e.elems, err = elements(cells, e.elems); err != nil || len(e.elems) == 0 {
+			return dst, fmt.Errorf("%w: a row has no cells", errMalformed)
+		}
+		dst = append(dst, `"cells":[`...)
+		dst = append(dst, cells[e.elems[0][0]:e.elems[0][1]]...)
+		rest := e.elems[1:]
+		for _, from := range r {
+			dst = append(dst, ',')
+			if from < 0 || from >= len(rest) {
+				dst = append(dst, "null"...)
+				continue
+			}
+			dst = append(dst, cells[rest[from][0]:rest[from][1]]...)
+		}
+		dst = append(dst, ']')
+	}
+	return append(dst, '}'), nil
+}
+
+// listWriter writes the merged list: its kind first, the items as they come, and its
+// metadata last, when its composite resourceVersion and continue token are known (JSON
+// decoders do not mind the order).
+type listWriter struct {
+	w       http.ResponseWriter
+	flusher http.Flusher
+	wrote   bool
+	err     error
+	buf     []byte
+}
+
+// tableMountColumn is the first column of a merged Table.
+const tableMountColumn = `{"name":"Mount","type":"string","format":"","description":"The mount the object comes from.","priority":0}`
+
+func newListWriter(w http.ResponseWriter, meta listMeta) *listWriter {
+	ct := meta.contentType
+	if ct == "" {
+		ct = "application/json"
+	}
+	w.Header().Set("Content-Type", ct)
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	l := &listWriter{w: w}
+	l.flusher, _ = w.(http.Flusher)
+	b := []byte(`{"kind":`)
+	b = appendQuoted(b, meta.kind)
+	b = append(b, `,"apiVersion":`...)
+	b = appendQuoted(b, meta.apiVersion)
+	if meta.table {
+		b = append(b, `,"columnDefinitions":[`+tableMountColumn...)
+		if cols, err := elements(meta.columns, nil); err == nil {
+			for _, c := range cols {
+				b = append(b, ',')
+				b = append(b, meta.columns[c[0]:c[1]]...)
+			}
+		}
+		b = append(b, `],"rows":[`...)
+	} else {
+		b = append(b, `,"items":[`...)
+	}
+	l.buf = b
+	return l
+}
+
+// items writes comma-separated items.
+func (l *listWriter) items(chunk []byte) error {
+	if len(chunk) == 0 || l.err != nil {
+		return l.err
+	}
+	if l.wrote {
+		l.buf = append(l.buf, ',')
+	}
+	l.wrote = true
+	l.buf = append(l.buf, chunk...)
+	if len(l.buf) >= chunkBytes {
+		_, l.err = l.w.Write(l.buf)
+		l.buf = l.buf[:0]
+	}
+	return l.err
+}
+
+// end writes the metadata and ends the list.
+func (l *listWriter) end(rv, cont string) error {
+	l.buf = append(l.buf, `],"metadata":{"resourceVersion":`...)
+	l.buf = appendQuoted(l.buf, rv)
+	if cont != "" {
+		l.buf = append(l.buf, `,"continue":`...)
+		l.buf = appendQuoted(l.buf, cont)
+	}
+	l.buf = append(l.buf, "}}\n"...)
+	if l.err == nil {
+		_, l.err = l.w.Write(l.buf)
+	}
+	return l.err
+}
