@@ -46,6 +46,9 @@ func (e *editor) object(dst, obj []byte, rvHole bool) ([]byte, int, error) {
 	return e.validObject(dst, obj, rvHole)
 }
 
+// reservedMeta are the metadata keys the editor reads or writes.
+var reservedMeta = []string{"name", "labels", "resourceVersion", "namespace"}
+
 // validObject is object for valid JSON.
 func (e *editor) validObject(dst, obj []byte, rvHole bool) (_ []byte, hole int, err error) {
 	hole = -1
@@ -54,8 +57,10 @@ func (e *editor) validObject(dst, obj []byte, rvHole bool) (_ []byte, hole int, 
 	}
 	metaAt := -1
 	for i, f := range e.top {
-		if f.key == "metadata" {
-			if metaAt >= 0 {
+		if strings.EqualFold(f.key, "metadata") {
+			// Clients that decode keys case-insensitively (Go's encoding/json) would read
+			// "Metadata" as well: only one spelling, and that the exact one.
+			if metaAt >= 0 || f.key != "metadata" {
 				return dst, hole, fmt.Errorf("%w: an object has two metadata members", errMalformed)
 			}
 			metaAt = i
@@ -73,6 +78,11 @@ func (e *editor) validObject(dst, obj []byte, rvHole bool) (_ []byte, hole int, 
 	e.name, e.namespace, e.rv = "", "", ""
 	for _, f := range e.meta {
 		bit := 0
+		for _, k := range reservedMeta {
+			if f.key != k && strings.EqualFold(f.key, k) {
+				return dst, hole, fmt.Errorf("%w: metadata has a key %q besides %q", errMalformed, f.key, k)
+			}
+		}
 		switch f.key {
 		case "name":
 			bit = 1
@@ -87,9 +97,15 @@ func (e *editor) validObject(dst, obj []byte, rvHole bool) (_ []byte, hole int, 
 			}
 		case "resourceVersion":
 			bit = 4
+			if metaRaw[f.start] != '"' {
+				return dst, hole, fmt.Errorf("%w: metadata.resourceVersion is no string", errMalformed)
+			}
 			e.rv, _ = stringValue(metaRaw[f.start:f.end])
 		case "namespace":
 			bit = 8
+			if metaRaw[f.start] != '"' {
+				return dst, hole, fmt.Errorf("%w: metadata.namespace is no string", errMalformed)
+			}
 			e.namespace, _ = stringValue(metaRaw[f.start:f.end])
 		}
 		if bit != 0 {
@@ -163,6 +179,9 @@ func (e *editor) labels(dst, raw []byte) ([]byte, error) {
 			return dst, err
 		}
 		for _, f := range e.sub {
+			if raw[f.start] != '"' {
+				return dst, fmt.Errorf("%w: the label %q is no string", errMalformed, f.key)
+			}
 			if f.key == MountLabel {
 				continue
 			}

@@ -8,12 +8,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
@@ -143,6 +146,35 @@ func TestFanOutSmoke(t *testing.T) {
 		out, err := e.run(t, kc, args...)
 		t.Logf("kubectl %s: err=%v\n%s", strings.Join(args, " "), err, out)
 	}
+	watchCtx, cancelWatch := context.WithTimeout(ctx, 20*time.Second)
+	defer cancelWatch()
+	cmd := exec.CommandContext(watchCtx, e.kubectl, "--kubeconfig", kc, "get", "configmaps", "-A", "-w")
+	var buf syncBuffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second)
+	if _, err := e.targets[1].Client.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "new-one"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	cancelWatch()
+	_ = cmd.Wait()
+	t.Logf("watch:\n%s", buf.String())
+
+	// An informer through the fan-out.
+	cfg := rest.CopyConfig(e.server.Config)
+	cfg.Host += "/apis/mounts.kcp.io/v1alpha1/mounts/*/proxy"
+	client := kubernetes.NewForConfigOrDie(cfg)
+	factory := informers.NewSharedInformerFactory(client, 0)
+	inf := factory.Core().V1().ConfigMaps().Informer()
+	stop := make(chan struct{})
+	defer close(stop)
+	factory.Start(stop)
+	synced := cache.WaitForCacheSync(stop, inf.HasSynced)
+	t.Logf("informer synced=%v keys=%v", synced, inf.GetStore().ListKeys())
+
 	kcProd := fanoutKubeconfig(t, e.server.Config, "/labels/env=prod")
 	out, err := e.run(t, kcProd, "get", "configmaps", "-A")
 	t.Logf("labels form: err=%v\n%s", err, out)
