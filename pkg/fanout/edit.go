@@ -25,8 +25,10 @@ func SplitName(name string) (mount, object string, ok bool) {
 // editor edits the objects of one member's answer; its scratch space is reused.
 type editor struct {
 	mount string
-	// name, namespace and rv are the last edited object's own (decoded), for watches.
+	// name, namespace and rv are the last edited object's own (decoded), for watches;
+	// hasKind says whether it has a kind (items of typed lists have none).
 	name, namespace, rv string
+	hasKind             bool
 	top                 []field
 	meta                []field
 	sub                 []field
@@ -56,7 +58,11 @@ func (e *editor) validObject(dst, obj []byte, rvHole bool) (_ []byte, hole int, 
 		return dst, hole, err
 	}
 	metaAt := -1
+	e.hasKind = false
 	for i, f := range e.top {
+		if f.key == "kind" {
+			e.hasKind = true
+		}
 		if strings.EqualFold(f.key, "metadata") {
 			// Clients that decode keys case-insensitively (Go's encoding/json) would read
 			// "Metadata" as well: only one spelling, and that the exact one.

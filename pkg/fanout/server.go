@@ -262,7 +262,9 @@ func (f *fanout) memberQuery(m *member) url.Values {
 	q := url.Values{}
 	for k, v := range f.r.query {
 		switch k {
-		case "labelSelector", "fieldSelector", "continue", "limit", "resourceVersion", "resourceVersionMatch", "timeoutSeconds":
+		case "labelSelector", "fieldSelector", "continue", "limit", "resourceVersion", "resourceVersionMatch", "timeoutSeconds",
+			"watch", "allowWatchBookmarks", "sendInitialEvents":
+			// The fan-out asks these of each member itself.
 			continue
 		}
 		q[k] = v

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -76,10 +77,12 @@ type wEvent struct {
 type watchMember struct {
 	*member
 	index int
-	// rv and initialSeen (its initial events have ended) are the member goroutine's.
-	rv          string
-	initialSeen bool
-	budget      *budget
+	// rv, initialSeen (its initial events have ended) and the kind of its objects are the
+	// member goroutine's.
+	rv                   string
+	initialSeen          bool
+	objKind, objAPIGroup string
+	budget               *budget
 	// initialDone and columnNames (its Table's columns) are the writer's.
 	initialDone bool
 	columnNames []string
@@ -502,6 +505,7 @@ func (f *fanout) emit(ctx context.Context, out chan<- *wEvent, ev *wEvent) bool 
 func (f *fanout) startWatch(ctx context.Context, wm *watchMember, q watchQuery) (*http.Response, *memberError) {
 	query := f.memberQuery(wm.member)
 	query.Set("watch", "true")
+	query.Del("sendInitialEvents")
 	query.Set("allowWatchBookmarks", "true")
 	switch {
 	case q.sendInitial && !wm.initialSeen:
@@ -599,6 +603,9 @@ func (f *fanout) readWatch(ctx context.Context, wm *watchMember, q watchQuery, b
 			}
 			ev.m = wm
 			wm.rv = ev.rv
+			if ev.objKind != "" {
+				wm.objKind, wm.objAPIGroup = ev.objKind, ev.objAPIVersion
+			}
 			if ev.initialEnd {
 				wm.initialSeen = true
 			}
@@ -611,6 +618,9 @@ func (f *fanout) readWatch(ctx context.Context, wm *watchMember, q watchQuery, b
 				return false, err
 			}
 			ev.m = wm
+			if ev.objKind != "" {
+				wm.objKind, wm.objAPIGroup = ev.objKind, ev.objAPIVersion
+			}
 			ev.initial = q.sendInitial && !wm.initialSeen
 			if ev.rv == "" {
 				ev.rv = wm.rv
@@ -650,10 +660,14 @@ func objectEvent(ed *editor, typ string, obj []byte) (*wEvent, error) {
 		return nil, err
 	}
 	isTable := false
+	var kind, apiVersion string
 	for _, f := range fs {
-		if f.key == "kind" {
-			k, _ := stringValue(obj[f.start:f.end])
-			isTable = k == "Table"
+		switch f.key {
+		case "kind":
+			kind, _ = stringValue(obj[f.start:f.end])
+			isTable = kind == "Table"
+		case "apiVersion":
+			apiVersion, _ = stringValue(obj[f.start:f.end])
 		}
 	}
 	if !isTable {
@@ -662,11 +676,14 @@ func objectEvent(ed *editor, typ string, obj []byte) (*wEvent, error) {
 			return nil, err
 		}
 		ev.head, ev.tail, ev.rv = out[:hole], out[hole:], ed.rv
+		ev.objKind, ev.objAPIVersion = kind, apiVersion
 		ev.size = len(out)
 		return ev, nil
 	}
 	ev.table = true
-	apiVersion := "meta.k8s.io/v1"
+	if apiVersion == "" {
+		apiVersion = "meta.k8s.io/v1"
+	}
 	var tableRV string
 	for _, f := range fs {
 		v := obj[f.start:f.end]
@@ -805,6 +822,26 @@ func (f *fanout) diff(ctx context.Context, wm *watchMember, out chan<- *wEvent, 
 			buf, hole, err := e.object(nil, raw, true)
 			if err != nil {
 				return item{}, err
+			}
+			if !e.hasKind {
+				// Items of typed lists have no kind; watch events' objects need one.
+				kind, apiVersion := wm.objKind, wm.objAPIGroup
+				if kind == "" {
+					var ok bool
+					if kind, ok = strings.CutSuffix(l.kind, "List"); !ok || kind == "" {
+						return item{}, fmt.Errorf("%w: the kind of the list's items is not known", errMalformed)
+					}
+					apiVersion = l.apiVersion
+				}
+				prefix := appendQuoted([]byte(`{"kind":`), kind)
+				prefix = append(prefix, `,"apiVersion":`...)
+				prefix = appendQuoted(prefix, apiVersion)
+				prefix = append(prefix, ',')
+				if len(buf) > 1 && buf[skipSpace(buf, 1)] == '}' {
+					prefix = prefix[:len(prefix)-1]
+				}
+				buf = append(prefix, buf[1:]...)
+				hole += len(prefix) - 1
 			}
 			ev = &wEvent{kind: evObject, head: buf[:hole], tail: buf[hole:], size: len(buf)}
 		}

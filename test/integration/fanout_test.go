@@ -1,19 +1,29 @@
 package integration
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -21,65 +31,149 @@ import (
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
 	"github.com/kcp-dev/mount-apiserver/pkg/cmd/server/options"
-	"github.com/kcp-dev/mount-apiserver/pkg/pki"
+	"github.com/kcp-dev/mount-apiserver/pkg/fanout"
+	"github.com/kcp-dev/mount-apiserver/pkg/tunnel/agent"
 	"github.com/kcp-dev/mount-apiserver/test/integration/framework"
 )
 
-// fanoutEnv is a standalone mount-apiserver with mounts of real target kube-apiservers.
+// fanoutMemberTimeout is the hub's --fanout-member-timeout in the fan-out tests.
+const fanoutMemberTimeout = 5 * time.Second
+
+// fanoutEnv is mount-apiserver aggregated into a host kube-apiserver (whose RBAC decides who
+// may use which mount), with mounts of three real target kube-apiservers: t1 reached only
+// through an agent's tunnel, t2 through a plain and a renaming mount, t3 through a mount that
+// impersonates callers and one that lends its own credentials; t3 goes down in the middle.
 type fanoutEnv struct {
-	server  *framework.Server
-	core    kubernetes.Interface
-	targets []*framework.KubeAPIServer
-	kubectl string
-	// kubeconfig reaches mounts/*/proxy as the standalone admin.
-	kubeconfig string
+	c          *framework.Clusters
+	t1, t2, t3 *framework.KubeAPIServer
+	kubectl    string
+	// admin may proxy through every mount and do everything on the targets; alice may use
+	// the fan-out and the mounts t2-plain and t3-a and read on the targets; bob may use
+	// t2-plain only, not the fan-out.
+	admin, alice, bob *rest.Config
 }
 
-// prepareTarget lets the mount's credentials (user mount-lender) impersonate on target, and
-// the hub's admin (impersonated as itself) do everything there; it returns the kubeconfig
-// of mount-lender.
-func prepareTarget(ctx context.Context, t *testing.T, target *framework.KubeAPIServer) []byte {
+// The mounts of fanoutEnv: name -> target, labels.
+var fanoutMounts = []struct {
+	name, target string
+	labels       map[string]string
+}{
+	{"t1-tunnel", "t1", map[string]string{"env": "prod"}},
+	{"t2-plain", "t2", map[string]string{"env": "prod"}},
+	{"t2-renamed", "t2", map[string]string{"env": "dev"}},
+	{"t3-a", "t3", map[string]string{"env": "prod"}},
+	{"t3-b", "t3", map[string]string{"env": "dev"}},
+}
+
+func startFanoutEnv(ctx context.Context, t *testing.T) *fanoutEnv {
 	t.Helper()
-	lender, err := target.UserConfig("mount-lender")
+	start := time.Now()
+	e := &fanoutEnv{kubectl: realKubectl(t)}
+	var err error
+	e.c, err = framework.StartClusters(ctx, t.TempDir(), func(o *options.Options) {
+		o.StatusController = false
+		o.FanOutMemberTimeout = fanoutMemberTimeout
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	leakGrant(ctx, t, target.Client, "impersonator", []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"users", "groups", "serviceaccounts"}, Verbs: []string{"impersonate"}},
-		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"*"}, Verbs: []string{"impersonate"}},
-	}, rbacv1.Subject{Kind: "User", APIGroup: rbacv1.GroupName, Name: "mount-lender"})
-	leakMust(t, leakErr(target.Client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "hub-admin"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
-		Subjects:   []rbacv1.Subject{{Kind: "User", APIGroup: rbacv1.GroupName, Name: pki.AdminUser}},
-	}, metav1.CreateOptions{})))
-	kubeconfig, err := framework.KubeconfigBytes(lender)
+	t.Cleanup(e.c.Stop)
+	e.t1 = e.c.Remote
+	for _, k := range []**framework.KubeAPIServer{&e.t2, &e.t3} {
+		if *k, err = framework.StartKubeAPIServer(ctx, t.TempDir()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup((*k).Stop)
+	}
+	host := e.c.Host
+	for name, cfg := range map[string]**rest.Config{"fan-admin": &e.admin, "alice": &e.alice, "bob": &e.bob} {
+		if *cfg, err = host.UserConfig(name, "system:authenticated"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	proxyRule := func(names ...string) []rbacv1.PolicyRule {
+		return []rbacv1.PolicyRule{{APIGroups: []string{"mounts.kcp.io"}, Resources: []string{"mounts/proxy"}, Verbs: []string{"get"}, ResourceNames: names}}
+	}
+	user := func(name string) rbacv1.Subject {
+		return rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: name}
+	}
+	// The admin may send every verb through every mount: writes reach the fan-out itself.
+	leakGrant(ctx, t, host.Client, "fan-admin", []rbacv1.PolicyRule{{APIGroups: []string{"mounts.kcp.io"}, Resources: []string{"mounts/proxy"}, Verbs: []string{"*"}}}, user("fan-admin"))
+	// "*" in resourceNames lets alice use the fan-out; it reaches the mounts she may use.
+	leakGrant(ctx, t, host.Client, "fan-alice", proxyRule(fanout.Name, "t2-plain", "t3-a"), user("alice"))
+	leakGrant(ctx, t, host.Client, "fan-bob", proxyRule("t2-plain"), user("bob"))
+	leakGrant(ctx, t, host.Client, "t1-agent", []rbacv1.PolicyRule{{APIGroups: []string{"mounts.kcp.io"}, Resources: []string{"mounts/attach"}, Verbs: []string{"get", "create"}, ResourceNames: []string{"t1-tunnel"}}}, user("t1-agent"))
+
+	kubeconfigs := map[string][]byte{}
+	for name, target := range map[string]*framework.KubeAPIServer{"t1": e.t1, "t2": e.t2, "t3": e.t3} {
+		kubeconfigs[name] = prepareTarget(ctx, t, target)
+		bind := func(binding, role string, subjects ...rbacv1.Subject) {
+			leakMust(t, leakErr(target.Client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+				ObjectMeta: metav1.ObjectMeta{Name: binding},
+				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+				Subjects:   subjects,
+			}, metav1.CreateOptions{})))
+		}
+		bind("fan-admin", "cluster-admin", user("fan-admin"), user("hub:fan-admin"))
+		// "view" is filled by kube-controller-manager, which does not run here.
+		leakMust(t, leakErr(target.Client.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "fan-reader"},
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{"*"}, Resources: []string{"*"}, Verbs: []string{"get", "list", "watch"}}}}, metav1.CreateOptions{})))
+		bind("fan-readers", "fan-reader", user("alice"), user("bob"), user("hub:alice"), user("mount-lender"))
+		leakMust(t, leakErr(target.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "fan"}}, metav1.CreateOptions{})))
+		for _, cm := range []struct{ name, app string }{{name + "-a", "web"}, {name + "-b", "db"}} {
+			labels := map[string]string{"app": cm.app}
+			if name == "t2" && cm.app == "web" {
+				labels[targetGroup+"/tier"] = "gold" // the renaming mount shows it as kubevirt.io/tier
+			}
+			leakMust(t, leakErr(target.Client.CoreV1().ConfigMaps("fan").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: cm.name, Labels: labels}}, metav1.CreateOptions{})))
+		}
+	}
+
+	leakMust(t, leakErr(host.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "clusters"}}, metav1.CreateOptions{})))
+	mountsClient := leakMountsClient(t, host.AdminConfig).MountsV1alpha1().Mounts()
+	for _, fm := range fanoutMounts {
+		leakMust(t, leakErr(host.Client.CoreV1().Secrets("clusters").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: fm.name}, Data: map[string][]byte{"kubeconfig": kubeconfigs[fm.target]}}, metav1.CreateOptions{})))
+		m := &v1alpha1.Mount{ObjectMeta: metav1.ObjectMeta{Name: fm.name, Labels: fm.labels}, Spec: v1alpha1.MountSpec{Ref: v1alpha1.ObjectReference{Namespace: "clusters", Name: fm.name}}}
+		switch fm.name {
+		case "t1-tunnel":
+			m.Spec.Tunnel = &v1alpha1.MountTunnel{Credentials: v1alpha1.TunnelCredentialsServer}
+		case "t2-renamed":
+			m.Spec.Rewrites = renamingMountSpec()
+			m.Spec.Identity = v1alpha1.MountIdentity{Mode: v1alpha1.IdentityModeImpersonate, UserPrefix: "hub:"}
+		case "t3-b":
+			m.Spec.Identity = v1alpha1.MountIdentity{Mode: v1alpha1.IdentityModeMountCredentials}
+		}
+		leakMust(t, leakErr(mountsClient.Create(ctx, m, metav1.CreateOptions{})))
+	}
+
+	// t1's agent, in this process, attached through the host's aggregator.
+	agentHub, err := host.UserConfig("t1-agent")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return kubeconfig
-}
-
-// addMount creates a Secret with kubeconfig and a Mount of it.
-func (e *fanoutEnv) addMount(ctx context.Context, t *testing.T, name string, labels map[string]string, kubeconfig []byte, modify func(*v1alpha1.Mount)) {
-	t.Helper()
-	if _, err := e.core.CoreV1().Secrets("clusters").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string][]byte{"kubeconfig": kubeconfig}}, metav1.CreateOptions{}); err != nil {
+	attachURL, err := agent.AttachURL(agentHub.Host, "", "t1-tunnel")
+	if err != nil {
 		t.Fatal(err)
 	}
-	m := &v1alpha1.Mount{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}, Spec: v1alpha1.MountSpec{
-		Ref: v1alpha1.ObjectReference{Namespace: "clusters", Name: name},
-	}}
-	if modify != nil {
-		modify(m)
-	}
-	if _, err := e.server.Client.MountsV1alpha1().Mounts().Create(ctx, m, metav1.CreateOptions{}); err != nil {
+	ag, err := agent.New(&agent.Config{Hub: agentHub, AttachURL: attachURL, Mount: "t1-tunnel", Target: strings.TrimPrefix(e.t1.URL, "https://"), MaxBackoff: time.Second})
+	if err != nil {
 		t.Fatal(err)
 	}
+	agentCtx, stopAgent := context.WithCancel(ctx)
+	agentDone := make(chan struct{})
+	go func() { defer close(agentDone); _ = ag.Run(agentCtx) }()
+	t.Cleanup(func() { stopAgent(); <-agentDone })
+	until(t, "the tunnel of t1-tunnel serves", func() bool {
+		code, _ := haProxyGet(t, e.admin, "t1-tunnel", "/api/v1/namespaces/fan/configmaps")
+		return code == http.StatusOK
+	})
+	t.Logf("set-up ready after %v", time.Since(start).Round(time.Millisecond))
+	return e
 }
 
-// fanoutKubeconfig writes a kubeconfig of cfg whose server is the hub's mounts/*/proxy with
-// suffix (e.g. "/labels/env=prod").
-func fanoutKubeconfig(t *testing.T, cfg *rest.Config, suffix string) string {
+// kubeconfig writes a kubeconfig of cfg whose server is the hub's mounts/*/proxy through the
+// host's aggregator, with suffix (e.g. "/labels/env=prod").
+func (e *fanoutEnv) kubeconfig(t *testing.T, cfg *rest.Config, suffix string) string {
 	t.Helper()
 	c := rest.CopyConfig(cfg)
 	c.Host = strings.TrimSuffix(cfg.Host, "/") + "/apis/mounts.kcp.io/v1alpha1/mounts/*/proxy" + suffix
@@ -94,88 +188,563 @@ func fanoutKubeconfig(t *testing.T, cfg *rest.Config, suffix string) string {
 	return path
 }
 
-func (e *fanoutEnv) run(t *testing.T, kubeconfig string, args ...string) (string, error) {
-	t.Helper()
-	cmd := exec.Command(e.kubectl, append([]string{"--kubeconfig", kubeconfig}, args...)...)
+func (e *fanoutEnv) run(kubeconfig string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, e.kubectl, append([]string{"--kubeconfig", kubeconfig, "--cache-dir", filepath.Join(filepath.Dir(kubeconfig), "cache")}, args...)...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
 
 func (e *fanoutEnv) must(t *testing.T, kubeconfig string, args ...string) string {
 	t.Helper()
-	out, err := e.run(t, kubeconfig, args...)
+	out, err := e.run(kubeconfig, args...)
 	if err != nil {
 		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return out
 }
 
-func TestFanOutSmoke(t *testing.T) {
-	ctx := klog.NewContext(context.Background(), klog.Background())
-	e := &fanoutEnv{kubectl: realKubectl(t)}
-	e.server = framework.StartInProcess(t, "", func(o *options.Options) { o.StatusController = false })
-	var err error
-	if e.core, err = kubernetes.NewForConfig(e.server.Config); err != nil {
+// prepareTarget lets the mount's credentials (user mount-lender) impersonate on target; it
+// returns the kubeconfig of mount-lender.
+func prepareTarget(ctx context.Context, t *testing.T, target *framework.KubeAPIServer) []byte {
+	t.Helper()
+	lender, err := target.UserConfig("mount-lender")
+	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range 2 {
-		target, err := framework.StartKubeAPIServer(ctx, t.TempDir())
-		if err != nil {
-			t.Fatal(err)
+	leakGrant(ctx, t, target.Client, "impersonator", []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"users", "groups", "serviceaccounts"}, Verbs: []string{"impersonate"}},
+		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"*"}, Verbs: []string{"impersonate"}},
+	}, rbacv1.Subject{Kind: "User", APIGroup: rbacv1.GroupName, Name: "mount-lender"})
+	kubeconfig, err := framework.KubeconfigBytes(lender)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kubeconfig
+}
+
+// tableRows parses kubectl's table output into "mount/name" per row, sorted, with the
+// header's columns; mountCol and nameCol name the columns to read.
+func tableRows(t *testing.T, out string) (header []string, rows []string) {
+	t.Helper()
+	for i, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		fields := strings.Fields(line)
+		if strings.HasPrefix(line, "Warning:") || len(fields) == 0 {
+			continue
 		}
-		t.Cleanup(target.Stop)
-		e.targets = append(e.targets, target)
-		kc := prepareTarget(ctx, t, target)
-		e.addMount(ctx, t, fmt.Sprintf("m-%d", i), map[string]string{"env": []string{"prod", "dev"}[i]}, kc, nil)
-		for j := range 3 {
-			if _, err := target.Client.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%d", j), Labels: map[string]string{"app": "x"}}}, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
+		if header == nil && i >= 0 && fields[0] != "" && strings.ToUpper(fields[0]) == fields[0] && (slices.Contains(fields, "MOUNT") || slices.Contains(fields, "NAME")) {
+			header = fields
+			continue
+		}
+		m, n := slices.Index(header, "MOUNT"), slices.Index(header, "NAME")
+		if m < 0 || n < 0 || len(fields) <= max(m, n) {
+			t.Fatalf("row %q under header %q", line, header)
+		}
+		rows = append(rows, fields[m]+"/"+fields[n])
+	}
+	sort.Strings(rows)
+	return header, rows
+}
+
+// every is "mount/name" for each mount of names and each of their target's objects.
+func every(mounts ...string) []string {
+	var rows []string
+	for _, m := range mounts {
+		target := strings.SplitN(m, "-", 2)[0]
+		rows = append(rows, m+"/"+target+"-a", m+"/"+target+"-b")
+	}
+	sort.Strings(rows)
+	return rows
+}
+
+var allFanoutMounts = []string{"t1-tunnel", "t2-plain", "t2-renamed", "t3-a", "t3-b"}
+
+// TestFanOut: kubectl lists, pages, selects, watches and is refused through mounts/*/proxy of
+// a hub aggregated into a host whose RBAC says who may use which mount, over three real
+// target kube-apiservers (one behind a tunnel, one behind a renaming mount too); a client-go
+// informer lists and watches across them, keeps streaming while one target is down, sees
+// that target's changes once it is back, and resumes from its last resourceVersion without
+// listing again.
+func TestFanOut(t *testing.T) {
+	ctx := klog.NewContext(context.Background(), klog.Background())
+	e := startFanoutEnv(ctx, t)
+	admin := e.kubeconfig(t, e.admin, "")
+
+	t.Run("list", func(t *testing.T) {
+		header, rows := tableRows(t, e.must(t, admin, "get", "configmaps", "-n", "fan"))
+		if len(header) == 0 || header[0] != "MOUNT" {
+			t.Errorf("header %v: the first column is not MOUNT", header)
+		}
+		if want := every(allFanoutMounts...); !slices.Equal(rows, want) {
+			t.Errorf("rows %v, want %v", rows, want)
+		}
+		out := e.must(t, admin, "get", "configmaps", "-A")
+		for _, w := range every(allFanoutMounts...) {
+			if m, n, _ := strings.Cut(w, "/"); !regexpMatch(`(?m)^fan\s+`+m+`\s+`+n+`\s`, out) {
+				t.Errorf("kubectl get -A lacks %s:\n%s", w, out)
 			}
 		}
+		names := strings.Fields(e.must(t, admin, "get", "configmaps", "-n", "fan", "-o", "name"))
+		sort.Strings(names)
+		var want []string
+		for _, w := range every(allFanoutMounts...) {
+			want = append(want, "configmap/"+strings.Replace(w, "/", fanout.NameSeparator, 1))
+		}
+		if !slices.Equal(names, want) {
+			t.Errorf("-o name: %v, want %v (names unique across mounts)", names, want)
+		}
+		// Discovery is what the targets serve in common, so kubectl resolves short names.
+		if _, rows := tableRows(t, e.must(t, admin, "get", "cm", "-n", "fan")); len(rows) != 10 {
+			t.Errorf("kubectl get cm: %v", rows)
+		}
+	})
+
+	t.Run("labels", func(t *testing.T) {
+		_, rows := tableRows(t, e.must(t, admin, "get", "configmaps", "-n", "fan", "-l", "app=web"))
+		var want []string
+		for _, w := range every(allFanoutMounts...) {
+			if strings.HasSuffix(w, "-a") {
+				want = append(want, w)
+			}
+		}
+		if !slices.Equal(rows, want) {
+			t.Errorf("-l app=web: %v, want %v", rows, want)
+		}
+		if _, rows := tableRows(t, e.must(t, admin, "get", "configmaps", "-n", "fan", "-l", fanout.MountLabel+"=t3-a")); !slices.Equal(rows, every("t3-a")) {
+			t.Errorf("-l %s=t3-a: %v", fanout.MountLabel, rows)
+		}
+		if _, rows := tableRows(t, e.must(t, admin, "get", "configmaps", "-n", "fan", "-l", fanout.MountLabel+" in (t1-tunnel,t2-renamed),app=db")); !slices.Equal(rows, []string{"t1-tunnel/t1-b", "t2-renamed/t2-b"}) {
+			t.Errorf("-l mount in (...),app=db: %v", rows)
+		}
+		// The renaming mount presents t2's label x.virtualization.example.org/tier as
+		// kubevirt.io/tier and renames the selector it is asked; the plain one does not.
+		if _, rows := tableRows(t, e.must(t, admin, "get", "configmaps", "-n", "fan", "-l", presentedGroup+"/tier=gold")); !slices.Equal(rows, []string{"t2-renamed/t2-a"}) {
+			t.Errorf("-l kubevirt.io/tier=gold: %v", rows)
+		}
+		if _, rows := tableRows(t, e.must(t, admin, "get", "configmaps", "-n", "fan", "-l", targetGroup+"/tier=gold")); !slices.Contains(rows, "t2-plain/t2-a") {
+			t.Errorf("-l x.virtualization.example.org/tier=gold: %v", rows)
+		}
+		out := e.must(t, admin, "get", "configmaps", "-n", "fan", "-L", fanout.MountLabel, "--no-headers")
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			f := strings.Fields(line)
+			if len(f) < 2 || f[0] != f[len(f)-1] {
+				t.Errorf("-L %s: the label column of %q is not its mount", fanout.MountLabel, line)
+			}
+		}
+		// The subset form: mounts selected by their own labels, in the path kubectl keeps.
+		prod := e.kubeconfig(t, e.admin, "/labels/env=prod")
+		if _, rows := tableRows(t, e.must(t, prod, "get", "configmaps", "-n", "fan")); !slices.Equal(rows, every("t1-tunnel", "t2-plain", "t3-a")) {
+			t.Errorf("labels/env=prod: %v", rows)
+		}
+		notProd := e.kubeconfig(t, e.admin, "/labels/env!=prod,env")
+		if _, rows := tableRows(t, e.must(t, notProd, "get", "configmaps", "-n", "fan")); !slices.Equal(rows, every("t2-renamed", "t3-b")) {
+			t.Errorf("labels/env!=prod,env: %v", rows)
+		}
+	})
+
+	t.Run("paging", func(t *testing.T) {
+		_, rows := tableRows(t, e.must(t, admin, "get", "configmaps", "-n", "fan", "--chunk-size=3"))
+		if want := every(allFanoutMounts...); !slices.Equal(rows, want) {
+			t.Errorf("--chunk-size=3: %v, want %v", rows, want)
+		}
+		// Page by page: each page at most its limit, every object once, one resourceVersion.
+		var names []string
+		cont, rv := "", ""
+		for page := 0; ; page++ {
+			l := listRaw(t, e.admin, "/api/v1/namespaces/fan/configmaps", url.Values{"limit": {"3"}, "continue": {cont}})
+			if len(l.Items) > 3 {
+				t.Errorf("page %d has %d items", page, len(l.Items))
+			}
+			if rv == "" {
+				rv = l.ResourceVersion
+			} else if l.ResourceVersion != rv {
+				t.Errorf("page %d: resourceVersion %s, first page %s", page, l.ResourceVersion, rv)
+			}
+			names = append(names, l.Items...)
+			if cont = l.Continue; cont == "" {
+				break
+			}
+			if page > 10 {
+				t.Fatal("more pages than objects")
+			}
+		}
+		sort.Strings(names)
+		var want []string
+		for _, w := range every(allFanoutMounts...) {
+			want = append(want, strings.Replace(w, "/", fanout.NameSeparator, 1))
+		}
+		if !slices.Equal(names, want) {
+			t.Errorf("pages gave %v, want %v", names, want)
+		}
+		if !fanout.IsComposite(rv) {
+			t.Errorf("resourceVersion %q is not a composite one", rv)
+		}
+	})
+
+	t.Run("restricted caller", func(t *testing.T) {
+		_, rows := tableRows(t, e.must(t, e.kubeconfig(t, e.alice, ""), "get", "configmaps", "-n", "fan"))
+		if want := every("t2-plain", "t3-a"); !slices.Equal(rows, want) {
+			t.Errorf("alice sees %v, want %v", rows, want)
+		}
+		if out, err := e.run(e.kubeconfig(t, e.bob, ""), "get", "configmaps", "-n", "fan"); err == nil || !strings.Contains(out, "Forbidden") {
+			t.Errorf("bob, who may not use the fan-out: %v\n%s", err, out)
+		}
+		if code, body := getRaw(t, e.bob, "/api/v1/namespaces/fan/configmaps", nil); code != http.StatusForbidden || !strings.Contains(body, `"*"`) || !strings.Contains(body, "mounts/proxy") {
+			t.Errorf("bob, who may not use the fan-out: %d %s", code, body)
+		}
+	})
+
+	t.Run("forged continue token", func(t *testing.T) {
+		path := "/api/v1/namespaces/fan/configmaps"
+		first := listRaw(t, e.alice, path, url.Values{"limit": {"1"}})
+		if first.Continue == "" {
+			t.Fatal("no continue token")
+		}
+		mid := len(first.Continue) / 2
+		c := byte('A')
+		if first.Continue[mid] == 'A' {
+			c = 'B'
+		}
+		changed := first.Continue[:mid] + string(c) + first.Continue[mid+1:]
+		if code, body := getRaw(t, e.alice, path, url.Values{"limit": {"1"}, "continue": {changed}}); code != http.StatusBadRequest || !strings.Contains(body, "continue token") {
+			t.Errorf("a changed token: %d %s", code, body)
+		}
+		// A token that names mounts alice may not use (the admin's) is refused, not served.
+		adminTok := listRaw(t, e.admin, path, url.Values{"limit": {"1"}}).Continue
+		code, body := getRaw(t, e.alice, path, url.Values{"limit": {"1"}, "continue": {adminTok}})
+		if code != http.StatusForbidden || !strings.Contains(body, "t1-tunnel") {
+			t.Errorf("the admin's token used by alice: %d %s", code, body)
+		}
+		if code, body := getRaw(t, e.alice, "/api/v1/namespaces/kube-system/configmaps", url.Values{"limit": {"1"}, "continue": {first.Continue}}); code != http.StatusBadRequest {
+			t.Errorf("a token of another list: %d %s", code, body)
+		}
+	})
+
+	t.Run("writes refused", func(t *testing.T) {
+		for _, c := range []struct {
+			args []string
+			says string
+		}{
+			{[]string{"create", "configmap", "x", "-n", "fan"}, "mounts/*/proxy serves reads across mounts only (list, watch, discovery), and POST is no read: send it to one mount, through mounts/<name>/proxy/api/v1/namespaces/fan/configmaps"},
+			{[]string{"delete", "configmap", "t2-plain:t2-a", "-n", "fan"}, "DELETE is no read"},
+			// kubectl label reads the object first.
+			{[]string{"label", "configmap", "t2-plain:t2-a", "-n", "fan", "x=y"}, `"t2-plain:t2-a" is in mount "t2-plain": get it through mounts/t2-plain/proxy/api/v1/namespaces/fan/configmaps/t2-a`},
+		} {
+			out, err := e.run(admin, c.args...)
+			if err == nil || !strings.Contains(out, c.says) {
+				t.Errorf("kubectl %s: %v\n%s\nwant it to say %s", strings.Join(c.args, " "), err, out, c.says)
+			}
+		}
+		out, err := e.run(admin, "get", "configmap", "t2-plain:t2-a", "-n", "fan")
+		if err == nil || !strings.Contains(out, "mounts/t2-plain/proxy/api/v1/namespaces/fan/configmaps/t2-a") {
+			t.Errorf("kubectl get one object: %v\n%s", err, out)
+		}
+		for _, target := range []*framework.KubeAPIServer{e.t1, e.t2, e.t3} {
+			if _, err := target.Client.CoreV1().ConfigMaps("fan").Get(ctx, "x", metav1.GetOptions{}); err == nil {
+				t.Errorf("%s: the refused create reached it", target.URL)
+			}
+		}
+	})
+
+	t.Run("watch", func(t *testing.T) {
+		w := startKubectl(t, e.kubectl, admin, "get", "configmaps", "-n", "fan", "-w", "--no-headers")
+		w.waitLines(t, 10)
+		leakMust(t, leakErr(e.t2.Client.CoreV1().ConfigMaps("fan").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "t2-w"}}, metav1.CreateOptions{})))
+		w.waitFor(t, `(?m)^t2-plain\s+t2-w\s`)
+		w.waitFor(t, `(?m)^t2-renamed\s+t2-w\s`)
+		leakMust(t, e.t2.Client.CoreV1().ConfigMaps("fan").Delete(ctx, "t2-w", metav1.DeleteOptions{}))
+	})
+
+	t.Run("informer and a target that goes down", func(t *testing.T) { e.informer(ctx, t) })
+}
+
+// informer runs a client-go informer of ConfigMaps in namespace fan through the fan-out.
+func (e *fanoutEnv) informer(ctx context.Context, t *testing.T) {
+	cfg := rest.CopyConfig(e.admin)
+	cfg.Host += "/apis/mounts.kcp.io/v1alpha1/mounts/*/proxy"
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
 	}
-	kc := fanoutKubeconfig(t, e.server.Config, "")
-	for _, args := range [][]string{
-		{"get", "configmaps", "-A"},
-		{"get", "configmaps", "-A", "-L", "mounts.kcp.io/mount"},
-		{"get", "configmaps", "-n", "default", "-l", "mounts.kcp.io/mount=m-1"},
-		{"get", "configmaps", "-A", "--chunk-size=2"},
-		{"get", "configmaps", "-n", "default", "-o", "name"},
-		{"get", "configmaps", "cm-1"},
-		{"api-resources"},
-	} {
-		out, err := e.run(t, kc, args...)
-		t.Logf("kubectl %s: err=%v\n%s", strings.Join(args, " "), err, out)
+	rec := &recordingLW{lw: cache.NewListWatchFromClient(client.CoreV1().RESTClient(), "configmaps", "fan", fields.Everything())}
+	store := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	reflector := cache.NewReflectorWithOptions(rec, &corev1.ConfigMap{}, store, cache.ReflectorOptions{Name: "fanout"})
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); reflector.RunWithContext(rctx) }()
+	t.Cleanup(func() { stop(); <-done })
+	keys := func() []string {
+		k := store.ListKeys()
+		sort.Strings(k)
+		return k
 	}
-	watchCtx, cancelWatch := context.WithTimeout(ctx, 20*time.Second)
-	defer cancelWatch()
-	cmd := exec.CommandContext(watchCtx, e.kubectl, "--kubeconfig", kc, "get", "configmaps", "-A", "-w")
-	var buf syncBuffer
-	cmd.Stdout, cmd.Stderr = &buf, &buf
+	has := func(want ...string) func() bool {
+		return func() bool {
+			for _, w := range want {
+				if _, ok, _ := store.GetByKey("fan/" + w); !ok {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	until(t, "the informer has every object", func() bool { return len(store.ListKeys()) == 10 })
+	if want := every(allFanoutMounts...); len(keys()) != len(want) {
+		t.Fatalf("keys %v", keys())
+	}
+	create := func(target *framework.KubeAPIServer, name string) {
+		t.Helper()
+		leakMust(t, leakErr(target.Client.CoreV1().ConfigMaps("fan").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})))
+	}
+	create(e.t1, "t1-i1")
+	until(t, "t1-i1 through the tunnel", has("t1-tunnel:t1-i1"))
+
+	// t3 goes down: lists answer with the others and name t3's mounts in Warnings, within
+	// the member deadline; the informer's watch goes on with the others.
+	e.t3.Down()
+	start := time.Now()
+	out, err := e.run(e.kubeconfig(t, e.admin, ""), "get", "configmaps", "-n", "fan")
+	took := time.Since(start)
+	if err != nil {
+		t.Fatalf("kubectl get with t3 down: %v\n%s", err, out)
+	}
+	_, rows := tableRows(t, out)
+	if want := append(every("t1-tunnel", "t2-plain", "t2-renamed"), "t1-tunnel/t1-i1"); !slices.Equal(rows, sorted(want)) {
+		t.Errorf("with t3 down: %v, want %v", rows, sorted(want))
+	}
+	for _, m := range []string{"t3-a", "t3-b"} {
+		if !strings.Contains(out, `Warning: mount "`+m+`" did not take part`) {
+			t.Errorf("no Warning names %s:\n%s", m, out)
+		}
+	}
+	t.Logf("kubectl get with t3 down took %v (member deadline %v)", took.Round(time.Millisecond), fanoutMemberTimeout)
+	create(e.t2, "t2-i2")
+	until(t, "t2-i2 while t3 is down", has("t2-plain:t2-i2", "t2-renamed:t2-i2"))
+
+	// t3 comes back: its members resume (or are listed again), without the informer
+	// listing again.
+	if err := e.t3.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	leakMust(t, e.t3.Client.CoreV1().ConfigMaps("fan").Delete(ctx, "t3-b", metav1.DeleteOptions{}))
+	create(e.t3, "t3-i3")
+	until(t, "t3-i3 after t3 came back", has("t3-a:t3-i3", "t3-b:t3-i3"))
+	until(t, "t3-b deleted after t3 came back", func() bool {
+		_, a, _ := store.GetByKey("fan/t3-a:t3-b")
+		_, b, _ := store.GetByKey("fan/t3-b:t3-b")
+		return !a && !b
+	})
+
+	// The client's watch ends: the informer watches again from its last resourceVersion,
+	// a composite one, and misses nothing.
+	rec.endWatch()
+	create(e.t1, "t1-i4")
+	until(t, "t1-i4 after the watch was resumed", has("t1-tunnel:t1-i4"))
+	lists, watches := rec.calls()
+	if lists != 1 {
+		t.Errorf("the informer listed %d times (a watch with initial events counts), want once: %v", lists, watches)
+	}
+	if len(watches) == 0 || !fanout.IsComposite(watches[len(watches)-1]) {
+		t.Errorf("the informer's watches began at %q, want a composite resourceVersion last", watches)
+	}
+}
+
+func sorted(s []string) []string {
+	s = slices.Clone(s)
+	sort.Strings(s)
+	return s
+}
+
+// recordingLW records how an informer lists and watches, and lets the test end its watch.
+type recordingLW struct {
+	lw *cache.ListWatch
+	mu sync.Mutex
+	// lists counts lists and watches with initial events; watches records each plain
+	// watch's resourceVersion.
+	lists   int
+	watches []string
+	current *endableWatch
+}
+
+func (r *recordingLW) List(options metav1.ListOptions) (runtime.Object, error) {
+	r.mu.Lock()
+	r.lists++
+	r.mu.Unlock()
+	return r.lw.List(options)
+}
+
+func (r *recordingLW) Watch(options metav1.ListOptions) (watch.Interface, error) {
+	w, err := r.lw.Watch(options)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if options.SendInitialEvents != nil && *options.SendInitialEvents {
+		r.lists++
+	} else {
+		r.watches = append(r.watches, options.ResourceVersion)
+	}
+	if err != nil {
+		return nil, err
+	}
+	ew := &endableWatch{inner: w, ch: make(chan watch.Event), end: make(chan struct{})}
+	go ew.forward()
+	r.current = ew
+	return ew, nil
+}
+
+// endWatch ends the informer's watch as a server ends one (its timeout): the stream just ends.
+func (r *recordingLW) endWatch() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.current != nil {
+		r.current.once.Do(func() { close(r.current.end) })
+	}
+}
+
+// endableWatch passes a watch's events on until the test ends it.
+type endableWatch struct {
+	inner watch.Interface
+	ch    chan watch.Event
+	end   chan struct{}
+	once  sync.Once
+}
+
+func (w *endableWatch) forward() {
+	defer close(w.ch)
+	defer w.inner.Stop()
+	for {
+		select {
+		case ev, ok := <-w.inner.ResultChan():
+			if !ok {
+				return
+			}
+			select {
+			case w.ch <- ev:
+			case <-w.end:
+				return
+			}
+		case <-w.end:
+			return
+		}
+	}
+}
+
+func (w *endableWatch) Stop()                          { w.once.Do(func() { close(w.end) }) }
+func (w *endableWatch) ResultChan() <-chan watch.Event { return w.ch }
+
+func (r *recordingLW) calls() (int, []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lists, slices.Clone(r.watches)
+}
+
+// rawList is what a test reads of a list: its items' names, resourceVersion and continue.
+type rawList struct {
+	Items           []string
+	ResourceVersion string
+	Continue        string
+}
+
+// getRaw GETs path through mounts/*/proxy as cfg.
+func getRaw(t *testing.T, cfg *rest.Config, path string, q url.Values) (int, string) {
+	t.Helper()
+	client, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client.Timeout = time.Minute
+	for k, v := range q {
+		if len(v) == 1 && v[0] == "" {
+			delete(q, k)
+		}
+	}
+	resp, err := client.Get(cfg.Host + "/apis/mounts.kcp.io/v1alpha1/mounts/*/proxy" + path + "?" + q.Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+func listRaw(t *testing.T, cfg *rest.Config, path string, q url.Values) rawList {
+	t.Helper()
+	code, body := getRaw(t, cfg, path, q)
+	if code != http.StatusOK {
+		t.Fatalf("GET %s?%s: %d %s", path, q.Encode(), code, body)
+	}
+	var l struct {
+		Metadata metav1.ListMeta `json:"metadata"`
+		Items    []struct {
+			Metadata metav1.ObjectMeta `json:"metadata"`
+		} `json:"items"`
+	}
+	if err := json.Unmarshal([]byte(body), &l); err != nil {
+		t.Fatalf("%v: %s", err, body)
+	}
+	out := rawList{ResourceVersion: l.Metadata.ResourceVersion, Continue: l.Metadata.Continue}
+	for _, it := range l.Items {
+		out.Items = append(out.Items, it.Metadata.Name)
+		if it.Metadata.Labels[fanout.MountLabel] == "" {
+			t.Errorf("%s has no label %s", it.Metadata.Name, fanout.MountLabel)
+		}
+	}
+	return out
+}
+
+// runningKubectl is a kubectl that runs in the background, its output collected.
+type runningKubectl struct {
+	cmd    *exec.Cmd
+	mu     sync.Mutex
+	lines  []string
+	cancel context.CancelFunc
+}
+
+func startKubectl(t *testing.T, kubectl, kubeconfig string, args ...string) *runningKubectl {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, kubectl, append([]string{"--kubeconfig", kubeconfig}, args...)...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = cmd.Stdout
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(3 * time.Second)
-	if _, err := e.targets[1].Client.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "new-one"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	k := &runningKubectl{cmd: cmd, cancel: cancel}
+	go func() {
+		s := bufio.NewScanner(out)
+		for s.Scan() {
+			k.mu.Lock()
+			k.lines = append(k.lines, s.Text())
+			k.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { cancel(); _ = cmd.Wait() })
+	return k
+}
+
+func (k *runningKubectl) output() string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return strings.Join(k.lines, "\n")
+}
+
+func (k *runningKubectl) waitLines(t *testing.T, n int) {
+	t.Helper()
+	until(t, fmt.Sprintf("kubectl printed %d lines", n), func() bool {
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		return len(k.lines) >= n
+	})
+}
+
+func (k *runningKubectl) waitFor(t *testing.T, pattern string) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); !regexpMatch(pattern, k.output()); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("kubectl never printed %s:\n%s", pattern, k.output())
+		}
 	}
-	time.Sleep(2 * time.Second)
-	cancelWatch()
-	_ = cmd.Wait()
-	t.Logf("watch:\n%s", buf.String())
-
-	// An informer through the fan-out.
-	cfg := rest.CopyConfig(e.server.Config)
-	cfg.Host += "/apis/mounts.kcp.io/v1alpha1/mounts/*/proxy"
-	client := kubernetes.NewForConfigOrDie(cfg)
-	factory := informers.NewSharedInformerFactory(client, 0)
-	inf := factory.Core().V1().ConfigMaps().Informer()
-	stop := make(chan struct{})
-	defer close(stop)
-	factory.Start(stop)
-	synced := cache.WaitForCacheSync(stop, inf.HasSynced)
-	t.Logf("informer synced=%v keys=%v", synced, inf.GetStore().ListKeys())
-
-	kcProd := fanoutKubeconfig(t, e.server.Config, "/labels/env=prod")
-	out, err := e.run(t, kcProd, "get", "configmaps", "-A")
-	t.Logf("labels form: err=%v\n%s", err, out)
 }
