@@ -14,6 +14,14 @@ import (
 // doubles from there while members run out before the page is full.
 const maxWindow = 16
 
+// maxRounds bounds the rounds of requests of one page: a member may answer fewer items than
+// asked with a continue token (or none at all, round after round); the page then ends early
+// and the continue token goes on from there.
+const maxRounds = 32
+
+// maxMemberContinue bounds a member's own continue token, which the fan-out's carries.
+const maxMemberContinue = 16 << 10
+
 // cursor is where a paged list stands in one member.
 type cursor struct {
 	name string
@@ -117,6 +125,10 @@ func (f *fanout) fetchPage(ctx context.Context, c *cursor, q listQuery, limit in
 		r.count++
 	}
 	r.rv, r.cont = lr.rv, lr.cont
+	if len(r.cont) > maxMemberContinue {
+		r.err = &memberError{code: http.StatusBadGateway, message: fmt.Sprintf("its continue token is longer than %d bytes", maxMemberContinue)}
+		return r
+	}
 	if r.overflow {
 		r.cont = "" // not where the kept items end
 	}
@@ -203,7 +215,10 @@ func (f *fanout) servePage(w http.ResponseWriter, q listQuery) {
 
 	window := 1
 	full := false
-	for !full && pos < len(cursors) && count < limit {
+	for round := 0; !full && pos < len(cursors) && count < limit; round++ {
+		if round == maxRounds {
+			break
+		}
 		var batch []*cursor
 		for i := pos; i < len(cursors) && len(batch) < window; i++ {
 			batch = append(batch, cursors[i])
@@ -417,7 +432,7 @@ func (f *fanout) cursors(hash string) ([]*cursor, *continueToken, *metav1.Status
 	gone := map[string]bool{}
 	if len(missing) > 0 {
 		caller, _ := userFrom(f.req.Context())
-		allowed := f.server.authorize(f.req.Context(), caller, missing)
+		allowed, _ := f.server.authorize(f.req.Context(), caller, missing)
 		for i, n := range missing {
 			if !allowed[i] {
 				return nil, nil, newStatus(http.StatusForbidden, metav1.StatusReasonForbidden, fmt.Sprintf(

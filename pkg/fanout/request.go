@@ -116,6 +116,13 @@ func classify(method, kubePath string, query url.Values) request {
 	if method != http.MethodGet {
 		r.code = http.StatusMethodNotAllowed
 		r.refusal = fmt.Sprintf("mounts/*/proxy serves reads across mounts only (list, watch, discovery), and %s is no read: send it to one mount, through mounts/<name>/proxy%s", method, kubePath)
+		u := &url.URL{Path: kubePath}
+		if info, err := kubeRequestInfo.NewRequestInfo(&http.Request{Method: method, URL: u}); err == nil && info.IsResourceRequest {
+			if mount, name, ok := SplitName(info.Name); ok {
+				r.refusal = fmt.Sprintf("mounts/*/proxy serves reads across mounts only (list, watch, discovery), and %s is no read: %q is in mount %q, send it through mounts/%s/proxy%s",
+					method, info.Name, mount, mount, strings.Replace(kubePath, "/"+info.Name, "/"+name, 1))
+			}
+		}
 		return r
 	}
 	trimmed := strings.TrimSuffix(kubePath, "/")

@@ -187,11 +187,14 @@ func (h *handler) members(ctx context.Context, sel memberSelectors) ([]*member, 
 		}
 	}
 	sort.Slice(selected, func(i, j int) bool { return selected[i].Name < selected[j].Name })
-	allowed := h.server.authorize(ctx, caller, namesOf(selected))
+	allowed, reasons := h.server.authorize(ctx, caller, namesOf(selected))
 	var members []*member
+	refusal := ""
 	for i, m := range selected {
 		if allowed[i] {
 			members = append(members, &member{name: m.Name, mount: m, rt: h.server.Transport(m)})
+		} else if refusal == "" && reasons[i] != "" {
+			refusal = fmt.Sprintf(" (mount %q: %s)", m.Name, reasons[i])
 		}
 	}
 	if len(members) == 0 {
@@ -202,7 +205,7 @@ func (h *handler) members(ctx context.Context, sel memberSelectors) ([]*member, 
 			what = fmt.Sprintf("no mount with labels %s", h.path.SelectorText)
 		}
 		return nil, newStatus(http.StatusForbidden, metav1.StatusReasonForbidden,
-			fmt.Sprintf("mounts/*/proxy: %s may be proxied through by you (get on mounts/proxy is checked for each mount)", what))
+			fmt.Sprintf("mounts/*/proxy: %s may be proxied through by you (get on mounts/proxy is checked for each mount)%s", what, refusal))
 	}
 	return members, nil
 }
@@ -216,11 +219,11 @@ func namesOf(ms []*mounts.Mount) []string {
 }
 
 // authorize checks get on mounts/proxy for each name, concurrently (in delegated mode each
-// check may be a SubjectAccessReview).
-func (s *Server) authorize(ctx context.Context, caller user.Info, names []string) []bool {
-	allowed := make([]bool, len(names))
+// check may be a SubjectAccessReview); reasons say why a name was refused.
+func (s *Server) authorize(ctx context.Context, caller user.Info, names []string) (allowed []bool, reasons []string) {
+	allowed, reasons = make([]bool, len(names)), make([]string, len(names))
 	if s.Authorizer == nil {
-		return allowed
+		return allowed, reasons
 	}
 	sem := make(chan struct{}, min(s.maxConcurrency(), 16))
 	var wg sync.WaitGroup
@@ -229,7 +232,7 @@ func (s *Server) authorize(ctx context.Context, caller user.Info, names []string
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			decision, _, _ := s.Authorizer.Authorize(ctx, authorizer.AttributesRecord{
+			decision, reason, err := s.Authorizer.Authorize(ctx, authorizer.AttributesRecord{
 				User:            caller,
 				Verb:            "get",
 				APIGroup:        mounts.GroupName,
@@ -240,10 +243,14 @@ func (s *Server) authorize(ctx context.Context, caller user.Info, names []string
 				ResourceRequest: true,
 			})
 			allowed[i] = decision == authorizer.DecisionAllow
+			if err != nil {
+				reason = err.Error()
+			}
+			reasons[i] = reason
 		}()
 	}
 	wg.Wait()
-	return allowed
+	return allowed, reasons
 }
 
 // fanout is one request across its members.

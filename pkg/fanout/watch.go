@@ -50,6 +50,9 @@ const (
 	evFailed
 	// evExpired: the member cannot resume and cannot be re-listed: the watch ends with 410.
 	evExpired
+	// evLost: the member's initial events broke off; the end of the initial events is not
+	// waited for from it.
+	evLost
 )
 
 // wEvent is one thing a member hands the writer.
@@ -80,7 +83,7 @@ type watchMember struct {
 	// rv, initialSeen (its initial events have ended) and the kind of its objects are the
 	// member goroutine's.
 	rv                   string
-	initialSeen          bool
+	initialSeen, lost    bool
 	objKind, objAPIGroup string
 	budget               *budget
 	// initialDone and columnNames (its Table's columns) are the writer's.
@@ -316,6 +319,13 @@ func (ww *watchWriter) handle(ev *wEvent) bool {
 	case evAdvance:
 		ww.rvs[i] = ev.rv
 		return true
+	case evLost:
+		ww.started[i] = false
+		if ww.q.sendInitial && !ww.initialSent && ww.allInitialDone() && ww.objKind != "" {
+			ww.initialSent = true
+			return ww.bookmark(true)
+		}
+		return true
 	case evBookmark:
 		ww.rvs[i] = ev.rv
 		if ev.objKind != "" {
@@ -458,21 +468,35 @@ func (f *fanout) watchMember(ctx context.Context, wm *watchMember, q watchQuery,
 			continue
 		}
 		report(&wEvent{kind: evStarted})
-		backoff = retryMin
+		began := time.Now()
 		expired, err := f.readWatch(ctx, wm, q, resp.Body, out, ed)
 		resp.Body.Close()
-		switch {
-		case ctx.Err() != nil:
+		if ctx.Err() != nil {
 			return
+		}
+		if q.sendInitial && !wm.initialSeen && !wm.lost {
+			// Its initial events broke off: the others' end is not held up for it, and
+			// its objects come as they come.
+			wm.lost = true
+			f.emit(ctx, out, &wEvent{kind: evLost, m: wm})
+		}
+		switch {
 		case expired:
 			if !f.resync(ctx, wm, out, ed) {
 				return
 			}
-		case err != nil:
-			f.logger().V(2).Info("A member's watch of a fan-out broke off; resuming it", "mount", wm.name, "err", err)
-			if !sleep(ctx, retryMin) {
+		case err != nil || time.Since(began) < time.Second:
+			// A watch that breaks, or ends as soon as it began, is tried again later and
+			// later, so that a member cannot make this a loop of requests.
+			if err != nil {
+				f.logger().V(2).Info("A member's watch of a fan-out broke off; resuming it", "mount", wm.name, "err", err)
+			}
+			if !sleep(ctx, backoff) {
 				return
 			}
+			backoff = min(backoff*2, retryMax)
+		default:
+			backoff = retryMin
 		}
 	}
 }
