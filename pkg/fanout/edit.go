@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 )
 
 // MountLabel is the label that names, on every object a fan-out returns, the mount it comes
@@ -25,8 +26,12 @@ func SplitName(name string) (mount, object string, ok bool) {
 // editor edits the objects of one member's answer; its scratch space is reused.
 type editor struct {
 	mount string
-	// name, namespace and rv are the last edited object's own (decoded), for watches;
-	// hasKind says whether it has a kind (items of typed lists have none).
+	// idx, when set, are the members of the value being edited (scanner.indexed): the
+	// editor finds its members there instead of scanning for them.
+	idx []jsonMember
+	// With keep, name, namespace and rv are the last edited object's own (decoded), for
+	// watches; hasKind says whether it has a kind (items of typed lists have none).
+	keep                bool
 	name, namespace, rv string
 	hasKind             bool
 	top                 []field
@@ -48,13 +53,49 @@ func (e *editor) object(dst, obj []byte, rvHole bool) ([]byte, int, error) {
 	return e.validObject(dst, obj, rvHole)
 }
 
+// item edits an item the scanner validated and indexed (scanner.indexed).
+func (e *editor) item(dst, obj []byte, idx []jsonMember, rvHole bool) ([]byte, int, error) {
+	e.idx = idx
+	defer func() { e.idx = nil }()
+	return e.validObject(dst, obj, rvHole)
+}
+
 // reservedMeta are the metadata keys the editor reads or writes.
 var reservedMeta = []string{"name", "labels", "resourceVersion", "namespace"}
+
+// foldEqual is strings.EqualFold, fast for ASCII: what a client that decodes keys
+// case-insensitively (Go's encoding/json) takes for the same key.
+func foldEqual(a, b string) bool {
+	ascii := true
+	for i := 0; i < len(a); i++ {
+		if a[i] >= utf8.RuneSelf {
+			ascii = false
+			break
+		}
+	}
+	if !ascii {
+		return strings.EqualFold(a, b)
+	}
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		x, y := a[i], b[i]
+		if x|0x20 != y|0x20 || (x|0x20) < 'a' || (x|0x20) > 'z' {
+			if x != y {
+				return false
+			}
+		}
+	}
+	return true
+}
 
 // validObject is object for valid JSON.
 func (e *editor) validObject(dst, obj []byte, rvHole bool) (_ []byte, hole int, err error) {
 	hole = -1
-	if e.top, err = objectFields(obj, e.top); err != nil {
+	if e.idx != nil {
+		e.top = indexedFields(obj, e.idx, 1, -1, 0, e.top)
+	} else if e.top, err = objectFields(obj, e.top); err != nil {
 		return dst, hole, err
 	}
 	metaAt := -1
@@ -63,7 +104,7 @@ func (e *editor) validObject(dst, obj []byte, rvHole bool) (_ []byte, hole int, 
 		if f.key == "kind" {
 			e.hasKind = true
 		}
-		if strings.EqualFold(f.key, "metadata") {
+		if foldEqual(f.key, "metadata") {
 			// Clients that decode keys case-insensitively (Go's encoding/json) would read
 			// "Metadata" as well: only one spelling, and that the exact one.
 			if metaAt >= 0 || f.key != "metadata" {
@@ -77,7 +118,9 @@ func (e *editor) validObject(dst, obj []byte, rvHole bool) (_ []byte, hole int, 
 	}
 	m := e.top[metaAt]
 	metaRaw := obj[m.start:m.end]
-	if e.meta, err = objectFields(metaRaw, e.meta); err != nil {
+	if e.idx != nil {
+		e.meta = indexedFields(obj, e.idx, 2, m.idx, m.start, e.meta)
+	} else if e.meta, err = objectFields(metaRaw, e.meta); err != nil {
 		return dst, hole, err
 	}
 	seen := 0
@@ -85,14 +128,16 @@ func (e *editor) validObject(dst, obj []byte, rvHole bool) (_ []byte, hole int, 
 	for _, f := range e.meta {
 		bit := 0
 		for _, k := range reservedMeta {
-			if f.key != k && strings.EqualFold(f.key, k) {
+			if f.key != k && foldEqual(f.key, k) {
 				return dst, hole, fmt.Errorf("%w: metadata has a key %q besides %q", errMalformed, f.key, k)
 			}
 		}
 		switch f.key {
 		case "name":
 			bit = 1
-			e.name, _ = stringValue(metaRaw[f.start:f.end])
+			if e.keep {
+				e.name, _ = stringValue(metaRaw[f.start:f.end])
+			}
 			if metaRaw[f.start] != '"' {
 				return dst, hole, fmt.Errorf("%w: metadata.name is no string", errMalformed)
 			}
@@ -106,13 +151,17 @@ func (e *editor) validObject(dst, obj []byte, rvHole bool) (_ []byte, hole int, 
 			if metaRaw[f.start] != '"' {
 				return dst, hole, fmt.Errorf("%w: metadata.resourceVersion is no string", errMalformed)
 			}
-			e.rv, _ = stringValue(metaRaw[f.start:f.end])
+			if e.keep {
+				e.rv, _ = stringValue(metaRaw[f.start:f.end])
+			}
 		case "namespace":
 			bit = 8
 			if metaRaw[f.start] != '"' {
 				return dst, hole, fmt.Errorf("%w: metadata.namespace is no string", errMalformed)
 			}
-			e.namespace, _ = stringValue(metaRaw[f.start:f.end])
+			if e.keep {
+				e.namespace, _ = stringValue(metaRaw[f.start:f.end])
+			}
 		}
 		if bit != 0 {
 			if seen&bit != 0 {
@@ -143,7 +192,17 @@ func (e *editor) validObject(dst, obj []byte, rvHole bool) (_ []byte, hole int, 
 		case "labels":
 			sep()
 			dst = append(dst, `"labels":`...)
-			if dst, err = e.labels(dst, metaRaw[f.start:f.end]); err != nil {
+			raw := metaRaw[f.start:f.end]
+			if raw[0] == '{' {
+				if e.idx != nil {
+					e.sub = indexedFields(obj, e.idx, 3, f.idx, m.start+f.start, e.sub)
+				} else if e.sub, err = objectFields(raw, e.sub); err != nil {
+					return dst, hole, err
+				}
+			} else {
+				e.sub = e.sub[:0]
+			}
+			if dst, err = e.labels(dst, raw, e.sub); err != nil {
 				return dst, hole, err
 			}
 		case "resourceVersion":
@@ -163,7 +222,7 @@ func (e *editor) validObject(dst, obj []byte, rvHole bool) (_ []byte, hole int, 
 	if seen&2 == 0 {
 		sep()
 		dst = append(dst, `"labels":`...)
-		dst, _ = e.labels(dst, nil)
+		dst, _ = e.labels(dst, nil, nil)
 	}
 	if rvHole && seen&4 == 0 {
 		sep()
@@ -175,16 +234,12 @@ func (e *editor) validObject(dst, obj []byte, rvHole bool) (_ []byte, hole int, 
 	return dst, hole, nil
 }
 
-// labels appends a labels object: raw's labels (null or nil for none) without the mount
-// label, and the mount label.
-func (e *editor) labels(dst, raw []byte) ([]byte, error) {
+// labels appends a labels object: raw's labels (fields; none for null or nil) without the
+// mount label, and the mount label.
+func (e *editor) labels(dst, raw []byte, fields []field) ([]byte, error) {
 	dst = append(dst, '{')
 	if len(raw) > 0 && raw[0] == '{' {
-		var err error
-		if e.sub, err = objectFields(raw, e.sub); err != nil {
-			return dst, err
-		}
-		for _, f := range e.sub {
+		for _, f := range fields {
 			if raw[f.start] != '"' {
 				return dst, fmt.Errorf("%w: the label %q is no string", errMalformed, f.key)
 			}
@@ -206,6 +261,11 @@ func (e *editor) row(dst, row []byte, remap []int) ([]byte, error) {
 	if !json.Valid(row) {
 		return dst, fmt.Errorf("%w: a Table row is not valid JSON", errMalformed)
 	}
+	return e.validRow(dst, row, remap)
+}
+
+// validRow is row for valid JSON.
+func (e *editor) validRow(dst, row []byte, remap []int) ([]byte, error) {
 	var err error
 	if e.top, err = objectFields(row, e.top); err != nil {
 		return dst, err

@@ -1,8 +1,10 @@
 package fanout
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"reflect"
 	"testing"
 )
@@ -33,7 +35,7 @@ func TestEditObject(t *testing.T) {
 		"escaped keys":  {`{"m\u0065tadata":{"n\u0061me":"a","namespace":"ns"},"data":{"k":"v"}}`, map[string]string{MountLabel: "m1"}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			e := &editor{mount: "m1"}
+			e := &editor{mount: "m1", keep: true}
 			out, hole, err := e.object(nil, []byte(c.in), false)
 			if err != nil {
 				t.Fatal(err)
@@ -156,8 +158,19 @@ func FuzzEditObject(f *testing.F) {
 		f.Add([]byte(s), true)
 	}
 	f.Fuzz(func(t *testing.T, data []byte, hole bool) {
-		e := &editor{mount: "m"}
+		e := &editor{mount: "m", keep: true}
 		out, at, err := e.object(nil, data, hole)
+		// The indexed edit of the scanner's items gives the same.
+		sc := newScanner(bytes.NewReader(data))
+		v, idx, ierr := sc.indexed()
+		if ierr == nil {
+			if _, rest := sc.peek(); rest == io.EOF {
+				iout, iat, ierr := (&editor{mount: "m"}).item(nil, v, idx, hole)
+				if (ierr == nil) != (err == nil) || err == nil && (!bytes.Equal(iout, out) || iat != at) {
+					t.Fatalf("%q: indexed edit %q %d %v, scanned %q %d %v", data, iout, iat, ierr, out, at, err)
+				}
+			}
+		}
 		if err != nil {
 			return
 		}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"strconv"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // MaxValueBytes bounds one JSON value of a member's answer held in memory: one list item or
@@ -34,6 +35,18 @@ type scanner struct {
 	max int
 	// buf is reused for the values read; a value is valid until the next call.
 	buf []byte
+	// index makes value record the value's members (members), for the editor.
+	index   bool
+	members []jsonMember
+	vs      vstate
+}
+
+// indexed reads a value and its members.
+func (s *scanner) indexed() ([]byte, []jsonMember, error) {
+	s.index = true
+	v, err := s.value()
+	s.index = false
+	return v, s.members, err
 }
 
 func newScanner(r io.Reader) *scanner {
@@ -114,107 +127,6 @@ func (s *scanner) key() (string, error) {
 	return k, s.expect(':')
 }
 
-// value reads one complete JSON value after whitespace, into the scanner's buffer. It checks
-// nesting and strings only; valid checks the grammar of what is passed on.
-func (s *scanner) value() ([]byte, error) {
-	c, err := s.peek()
-	if err != nil {
-		return nil, unexpectedEOF(err)
-	}
-	buf := s.buf[:0]
-	defer func() { s.buf = buf[:0] }()
-	switch c {
-	case '{', '[', '"':
-		depth := 0
-		inString, escaped := false, false
-		for {
-			if _, err := s.r.Peek(1); err != nil {
-				return nil, unexpectedEOF(err)
-			}
-			chunk, _ := s.r.Peek(s.r.Buffered())
-			end := -1
-			for i := 0; i < len(chunk); i++ {
-				c := chunk[i]
-				if inString {
-					if escaped {
-						escaped = false
-						continue
-					}
-					j := bytes.IndexAny(chunk[i:], "\"\\")
-					if j < 0 {
-						i = len(chunk)
-						break
-					}
-					i += j
-					if chunk[i] == '\\' {
-						escaped = true
-						continue
-					}
-					inString = false
-					if depth == 0 {
-						end = i + 1
-						break
-					}
-					continue
-				}
-				switch c {
-				case '"':
-					inString = true
-				case '{', '[':
-					if depth++; depth > maxDepth {
-						return nil, fmt.Errorf("%w: nested deeper than %d", errMalformed, maxDepth)
-					}
-				case '}', ']':
-					depth--
-					if depth == 0 {
-						end = i + 1
-					}
-				}
-				if end >= 0 {
-					break
-				}
-			}
-			n := len(chunk)
-			if end >= 0 {
-				n = end
-			}
-			if len(buf)+n > s.max {
-				return nil, errTooLarge
-			}
-			buf = append(buf, chunk[:n]...)
-			_, _ = s.r.Discard(n)
-			if end >= 0 {
-				s.buf = buf
-				return buf, nil
-			}
-		}
-	default:
-		// A number or a literal: up to the next delimiter.
-		for {
-			b, err := s.r.ReadByte()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				return nil, err
-			}
-			if b == ',' || b == '}' || b == ']' || b == ' ' || b == '\t' || b == '\r' || b == '\n' {
-				_ = s.r.UnreadByte()
-				break
-			}
-			if len(buf) >= 64 {
-				return nil, fmt.Errorf("%w: a literal is too long", errMalformed)
-			}
-			buf = append(buf, b)
-		}
-		if !json.Valid(buf) {
-			return nil, fmt.Errorf("%w: %q is no JSON value", errMalformed, buf)
-		}
-		s.buf = buf
-		return buf, nil
-	}
-}
-
 func unexpectedEOF(err error) error {
 	if err == io.EOF {
 		return io.ErrUnexpectedEOF
@@ -245,9 +157,37 @@ func unquote(v []byte) (string, bool) {
 
 // field is one member of a JSON object: its key and where its value lies.
 type field struct {
+	// key is decoded; for a key without escapes it shares the object's bytes (read it while
+	// the object is there, keep no copy of it).
 	key string
 	// keyStart is where the member's quoted key begins, start and end where its value lies.
 	keyStart, start, end int
+	// idx is the member's index in the scanner's members, -1 when found by scanning.
+	idx int32
+}
+
+// keyOf decodes the quoted key raw; a key without escapes is not copied.
+func keyOf(raw []byte) (string, bool) {
+	inner := raw[1 : len(raw)-1]
+	if bytes.IndexByte(inner, '\\') < 0 {
+		return unsafe.String(unsafe.SliceData(inner), len(inner)), true
+	}
+	return unquote(raw)
+}
+
+// indexedFields are the members of depth d whose parent is p in idx, with offsets made
+// relative to base.
+func indexedFields(v []byte, idx []jsonMember, d, p int32, base int, into []field) []field {
+	into = into[:0]
+	for i := range idx {
+		m := &idx[i]
+		if m.depth != d || m.parent != p {
+			continue
+		}
+		k, _ := keyOf(v[m.keyStart:m.keyEnd])
+		into = append(into, field{key: k, keyStart: int(m.keyStart) - base, start: int(m.start) - base, end: int(m.end) - base, idx: int32(i)})
+	}
+	return into
 }
 
 // fields returns the members of the JSON object obj, which must be valid JSON. Keys are
@@ -265,7 +205,10 @@ func objectFields(obj []byte, into []field) ([]field, error) {
 	for i < len(obj) {
 		kStart := i
 		kEnd := skipValue(obj, i)
-		key, ok := unquote(obj[i:kEnd])
+		if kEnd-kStart < 2 || obj[kStart] != '"' {
+			return nil, fmt.Errorf("%w: an object key is no string", errMalformed)
+		}
+		key, ok := keyOf(obj[kStart:kEnd])
 		if !ok {
 			return nil, fmt.Errorf("%w: an object key does not parse", errMalformed)
 		}
@@ -275,7 +218,7 @@ func objectFields(obj []byte, into []field) ([]field, error) {
 		}
 		i = skipSpace(obj, i+1)
 		vEnd := skipValue(obj, i)
-		into = append(into, field{key: key, keyStart: kStart, start: i, end: vEnd})
+		into = append(into, field{key: key, keyStart: kStart, start: i, end: vEnd, idx: -1})
 		i = skipSpace(obj, vEnd)
 		if i >= len(obj) {
 			break

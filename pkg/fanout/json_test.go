@@ -1,6 +1,7 @@
 package fanout
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
@@ -40,8 +41,15 @@ func TestScannerBounds(t *testing.T) {
 		"too large":   {in: `"` + strings.Repeat("x", 1000) + `"`, max: 100, err: errTooLarge},
 		"too deep":    {in: strings.Repeat("[", maxDepth+1) + strings.Repeat("]", maxDepth+1), max: 1 << 20, err: errMalformed},
 		"cut short":   {in: `{"a":[1,2`, max: 1 << 20, err: io.ErrUnexpectedEOF},
-		"bad literal": {in: `tru`, max: 1 << 20, err: errMalformed},
-		"long number": {in: strings.Repeat("1", 100), max: 1 << 20, err: errMalformed},
+		"bad literal": {in: `[tru]`, max: 1 << 20, err: errMalformed},
+		"bad number":  {in: `[01]`, max: 1 << 20, err: errMalformed},
+		"bad escape":  {in: `["\x"]`, max: 1 << 20, err: errMalformed},
+		"bad unicode": {in: `["\u12g4"]`, max: 1 << 20, err: errMalformed},
+		"control":     {in: "[\"a\x01\"]", max: 1 << 20, err: errMalformed},
+		"no colon":    {in: `{"a" 1}`, max: 1 << 20, err: errMalformed},
+		"two commas":  {in: `[1,,2]`, max: 1 << 20, err: errMalformed},
+		"trailing":    {in: `{"a":1,}`, max: 1 << 20, err: errMalformed},
+		"key no str":  {in: `{a:1}`, max: 1 << 20, err: errMalformed},
 	} {
 		t.Run(name, func(t *testing.T) {
 			sc := newScanner(strings.NewReader(c.in))
@@ -53,6 +61,56 @@ func TestScannerBounds(t *testing.T) {
 	}
 }
 
+// FuzzScannerAgreesWithEncodingJSON: a value is accepted exactly when encoding/json finds it
+// valid, and the members it records are those objectFields finds.
+func FuzzScannerAgreesWithEncodingJSON(f *testing.F) {
+	for _, s := range []string{`{"a":1}`, `[1,"x",{"b":[true,false,null]}]`, `{"m\u0065ta":{"n":"a\"b"},"x":-1.5e+3}`, `"s"`, `12`, `tru`, `{"a":}`, `[01]`, `{"a":{"b":{"c":{"d":1}}}}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		sc := newScanner(bytes.NewReader(data))
+		sc.index = true
+		v, err := sc.value()
+		rest := io.ErrUnexpectedEOF
+		if err == nil {
+			_, rest = sc.peek()
+		}
+		ours := err == nil && rest == io.EOF
+		if want := json.Valid(data); ours != want {
+			t.Fatalf("%q: scanner %v (value %v, then %v), encoding/json %v", data, ours, err, rest, want)
+		}
+		if !ours || len(v) == 0 || v[0] != '{' {
+			return
+		}
+		want, err := objectFields(v, nil)
+		if err != nil {
+			t.Fatalf("%q: objectFields: %v", v, err)
+		}
+		got := indexedFields(v, sc.members, 1, -1, 0, nil)
+		if len(got) != len(want) {
+			t.Fatalf("%q: indexed %d members, scanned %d", v, len(got), len(want))
+		}
+		for i := range got {
+			g, w := got[i], want[i]
+			if g.key != w.key || g.keyStart != w.keyStart || g.start != w.start || g.end != w.end {
+				t.Fatalf("%q: member %d indexed %+v, scanned %+v", v, i, g, w)
+			}
+			if v[g.start] == '{' {
+				wantSub, _ := objectFields(v[g.start:g.end], nil)
+				gotSub := indexedFields(v, sc.members, 2, g.idx, g.start, nil)
+				if len(gotSub) != len(wantSub) {
+					t.Fatalf("%q: member %d: indexed %d members, scanned %d", v, i, len(gotSub), len(wantSub))
+				}
+				for j := range gotSub {
+					if gotSub[j].key != wantSub[j].key || gotSub[j].start != wantSub[j].start || gotSub[j].end != wantSub[j].end {
+						t.Fatalf("%q: member %d.%d indexed %+v, scanned %+v", v, i, j, gotSub[j], wantSub[j])
+					}
+				}
+			}
+		}
+	})
+}
+
 // TestListReader reads a list as kube-apiserver writes it, and a Table.
 func TestListReader(t *testing.T) {
 	l, err := newListReader(strings.NewReader(`{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"42","continue":"abc"},"items":[{"metadata":{"name":"a"}},{"metadata":{"name":"b"}}]}`))
@@ -61,7 +119,7 @@ func TestListReader(t *testing.T) {
 	}
 	var items []string
 	for {
-		it, err := l.next()
+		it, _, err := l.next()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -78,11 +136,11 @@ func TestListReader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	row, err := l.next()
+	row, _, err := l.next()
 	if err != nil || string(row) != `{"cells":["a","1s"]}` {
 		t.Fatalf("row %s, %v", row, err)
 	}
-	if end, err := l.next(); end != nil || err != nil {
+	if end, _, err := l.next(); end != nil || err != nil {
 		t.Fatalf("after the last row: %s, %v", end, err)
 	}
 	if !l.table || !reflect.DeepEqual(l.columnNames, []string{"Name", "Age"}) || l.rv != "7" {
@@ -100,7 +158,7 @@ func TestListReader(t *testing.T) {
 			l, err := newListReader(strings.NewReader(in))
 			for err == nil {
 				var it []byte
-				if it, err = l.next(); it == nil && err == nil {
+				if it, _, err = l.next(); it == nil && err == nil {
 					break
 				}
 			}
@@ -114,7 +172,7 @@ func TestListReader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if it, err := l.next(); it != nil || err != nil || l.rv != "1" {
+	if it, _, err := l.next(); it != nil || err != nil || l.rv != "1" {
 		t.Errorf("items null: %s %v %+v", it, err, l)
 	}
 }

@@ -297,7 +297,7 @@ func (f *fanout) streamMember(ctx context.Context, sm *streamMember, q listQuery
 	}
 	chunk = make([]byte, 0, chunkBytes+4096)
 	for {
-		item, err := lr.next()
+		item, idx, err := lr.next()
 		if err != nil {
 			if startCtx.Err() != nil && ctx.Err() == nil {
 				err = context.DeadlineExceeded
@@ -312,9 +312,9 @@ func (f *fanout) streamMember(ctx context.Context, sm *streamMember, q listQuery
 			chunk = append(chunk, ',')
 		}
 		if meta.table {
-			chunk, err = ed.row(chunk, item, nil)
+			chunk, err = ed.validRow(chunk, item, nil)
 		} else {
-			chunk, _, err = ed.object(chunk, item, false)
+			chunk, _, err = ed.item(chunk, item, idx, false)
 		}
 		if err != nil {
 			fail(failure(ctx, err, timeout))

@@ -138,38 +138,38 @@ func (l *listReader) member(key string, v []byte) error {
 	return nil
 }
 
-// next returns the next item (valid until the next call), or nil after the last one, when
-// the list's members after its items have been read too.
-func (l *listReader) next() ([]byte, error) {
+// next returns the next item, validated, and its members (valid until the next call), or nil
+// after the last one, when the list's members after its items have been read too.
+func (l *listReader) next() ([]byte, []jsonMember, error) {
 	if !l.inItems {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if !l.first {
 		more, err := l.sc.next(']')
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if !more {
 			l.inItems = false
 			more, err := l.sc.next('}')
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			if more {
 				if err := l.members(); err != nil {
-					return nil, err
+					return nil, nil, err
 				}
 				if l.inItems {
-					return nil, fmt.Errorf("%w: the list has two arrays of items", errMalformed)
+					return nil, nil, fmt.Errorf("%w: the list has two arrays of items", errMalformed)
 				}
 			}
 			l.done = true
-			return nil, nil
+			return nil, nil, nil
 		}
 	}
 	l.first = false
 	if l.table && l.columns == nil {
-		return nil, fmt.Errorf("%w: the Table's rows come before its columnDefinitions", errMalformed)
+		return nil, nil, fmt.Errorf("%w: the Table's rows come before its columnDefinitions", errMalformed)
 	}
-	return l.sc.value()
+	return l.sc.indexed()
 }

@@ -93,7 +93,7 @@ func (f *fanout) fetchPage(ctx context.Context, c *cursor, q listQuery, limit in
 	r.meta.from(lr, resp.Header.Get("Content-Type"))
 	ed := &editor{mount: c.name}
 	for {
-		item, err := lr.next()
+		item, idx, err := lr.next()
 		if err != nil {
 			r.err = failure(f.req.Context(), err, timeout)
 			return r
@@ -110,9 +110,9 @@ func (f *fanout) fetchPage(ctx context.Context, c *cursor, q listQuery, limit in
 			r.items = append(r.items, ',')
 		}
 		if r.meta.table {
-			r.items, err = ed.row(r.items, item, nil)
+			r.items, err = ed.validRow(r.items, item, nil)
 		} else {
-			r.items, _, err = ed.object(r.items, item, false)
+			r.items, _, err = ed.item(r.items, item, idx, false)
 		}
 		if err != nil {
 			r.err = failure(f.req.Context(), err, timeout)

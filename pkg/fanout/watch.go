@@ -450,7 +450,7 @@ func (f *fanout) watchMember(ctx context.Context, wm *watchMember, q watchQuery,
 		}
 	}
 	backoff := retryMin
-	ed := &editor{mount: wm.name}
+	ed := &editor{mount: wm.name, keep: true}
 	for ctx.Err() == nil {
 		resp, merr := f.startWatch(ctx, wm, q)
 		if merr != nil {
@@ -593,9 +593,6 @@ func (f *fanout) readWatch(ctx context.Context, wm *watchMember, q watchQuery, b
 		frame, err := sc.value()
 		if err != nil {
 			return false, err
-		}
-		if !json.Valid(frame) {
-			return false, fmt.Errorf("%w: a watch event is not valid JSON", errMalformed)
 		}
 		if fs, err = objectFields(frame, fs); err != nil {
 			return false, err
@@ -746,7 +743,7 @@ func objectEvent(ed *editor, typ string, obj []byte) (*wEvent, error) {
 				if i > 0 {
 					ev.rows = append(ev.rows, ',')
 				}
-				if ev.rows, err = ed.row(ev.rows, v[el[0]:el[1]], nil); err != nil {
+				if ev.rows, err = ed.validRow(ev.rows, v[el[0]:el[1]], nil); err != nil {
 					return nil, err
 				}
 				if ed.rv != "" {
@@ -827,23 +824,23 @@ func (f *fanout) diff(ctx context.Context, wm *watchMember, out chan<- *wEvent, 
 		ev   *wEvent
 		done bool
 	}
-	oldEd, newEd := &editor{mount: wm.name}, &editor{mount: wm.name}
+	oldEd, newEd := &editor{mount: wm.name, keep: true}, &editor{mount: wm.name, keep: true}
 	next := func(l *listReader, e *editor, prev string) (item, error) {
-		raw, err := l.next()
+		raw, idx, err := l.next()
 		if err != nil || raw == nil {
 			return item{done: true}, err
 		}
 		var ev *wEvent
 		if l.table {
 			ev = &wEvent{kind: evObject, table: true}
-			if ev.rows, err = e.row(nil, raw, nil); err != nil {
+			if ev.rows, err = e.validRow(nil, raw, nil); err != nil {
 				return item{}, err
 			}
 			ev.head = appendQuoted([]byte(`{"kind":"Table","apiVersion":`), l.apiVersion)
 			ev.head = append(ev.head, `,"metadata":{"resourceVersion":`...)
 			ev.size = len(ev.head) + len(ev.rows)
 		} else {
-			buf, hole, err := e.object(nil, raw, true)
+			buf, hole, err := e.item(nil, raw, idx, true)
 			if err != nil {
 				return item{}, err
 			}

@@ -61,12 +61,15 @@ func main() {
 	events := flag.Int("events", 100, "events per second the merged watch delivers")
 	watchFor := flag.Duration("watch", 30*time.Second, "how long each watch measurement runs")
 	memberTimeout := flag.Duration("member-timeout", 2*time.Second, "the hub's --fanout-member-timeout")
+	flag.StringVar(&cpuProfile, "cpuprofile", "", "write the hub's CPU profile over 10 s of fan-out LISTs to this file")
 	flag.Parse()
 	if err := run(*mounts, *targets, *objects, *rounds, *events, *watchFor, *memberTimeout); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 }
+
+var cpuProfile string
 
 func loadavg() string {
 	data, _ := os.ReadFile("/proc/loadavg")
@@ -201,6 +204,18 @@ func run(nMounts, nTargets, nObjects, rounds, eventRate int, watchFor, memberTim
 	fmt.Printf("  the %d mounts one after another:        %v (%v-%v)\n", nMounts, p50(sequential), slices.Min(sequential).Round(time.Millisecond), slices.Max(sequential).Round(time.Millisecond))
 	fmt.Printf("  one direct LIST of as many (%.1f MB): %v (%v-%v)\n", float64(directSize)/1e6, p50(single), slices.Min(single).Round(time.Millisecond), slices.Max(single).Round(time.Millisecond))
 	fmt.Printf("  load %s; hub RSS %d MiB\n", loadavg(), rss(pid, "VmRSS"))
+	if cpuProfile != "" {
+		done := make(chan error, 1)
+		go func() { done <- framework.Profile(hub.Config, "profile?seconds=10", cpuProfile) }()
+		for t0 := time.Now(); time.Since(t0) < 10*time.Second; {
+			if _, _, err := measure.TimeReads(ctx, client, fanURL, "application/json", 1); err != nil {
+				return err
+			}
+		}
+		if err := <-done; err != nil {
+			return err
+		}
+	}
 
 	if err := watchDelay(ctx, hub, targets, names, eventRate, watchFor); err != nil {
 		return err
