@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"golang.org/x/sync/semaphore"
 )
 
 // listMeta is what a member's list says about itself.
@@ -86,6 +88,8 @@ const chunkBytes = 32 << 10
 // streamMember is one member of an unpaged list.
 type streamMember struct {
 	*member
+	// ctx ends the member's request (cancel).
+	ctx    context.Context
 	cancel context.CancelFunc
 	// q carries chunks of edited items, comma-separated; it is closed after the last.
 	q     chan []byte
@@ -98,74 +102,161 @@ type streamMember struct {
 	late *memberError
 	// excluded: the writer drops this member's items (it failed or answered another kind).
 	excluded bool
+	// state is the member's in the stream's progress (guarded by streamProgress.mu).
+	state memberState
+}
+
+type memberState int
+
+const (
+	// waiting for one of the request's slots of member requests
+	stateWaiting memberState = iota
+	// running: holds a slot, has not answered enough yet
+	stateRunning
+	// readyHolding: has answered enough (its buffer is full, or it failed) and holds a slot
+	stateReadyHolding
+	// done: finished, failed or ready without holding a slot
+	stateDone
+)
+
+// streamProgress decides when the answer of an unpaged list may start: once every member
+// has answered enough (finished, failed, or filled what it may hold), or when the members
+// holding the request's slots all wait for the client while others wait for a slot (the
+// answer must start for any of them to go on), or at the deadline.
+type streamProgress struct {
+	mu                                 sync.Mutex
+	slots                              int
+	waiting, running, readyHolding, rd int
+	changed                            chan struct{}
+}
+
+func (p *streamProgress) move(sm *streamMember, to memberState) {
+	p.mu.Lock()
+	from := sm.state
+	if from >= to && !(from == stateReadyHolding && to == stateDone) {
+		p.mu.Unlock()
+		return
+	}
+	sm.state = to
+	for _, c := range []struct {
+		s memberState
+		d int
+	}{{from, -1}, {to, 1}} {
+		switch c.s {
+		case stateWaiting:
+			p.waiting += c.d
+		case stateRunning:
+			p.running += c.d
+		case stateReadyHolding:
+			p.readyHolding += c.d
+		case stateDone:
+			p.rd += c.d
+		}
+	}
+	p.mu.Unlock()
+	select {
+	case p.changed <- struct{}{}:
+	default:
+	}
+}
+
+// mayStart says whether the answer may start.
+func (p *streamProgress) mayStart() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.waiting == 0 && p.running == 0 {
+		return true
+	}
+	return p.running == 0 && p.waiting > 0 && p.readyHolding >= p.slots
 }
 
 // serveStream serves an unpaged list: every member at once, items merged as they arrive. The
 // answer starts once every member has answered its first items, finished or failed, or the
-// deadline passed (so that its Warnings name the members that failed), and holds at most
-// MaxBufferedBytes per member meanwhile. A member that fails after the answer started ends it
-// with an error rather than with its items missing, since a client that asked for everything
-// must not get less without knowing.
+// deadline passed (so that its Warnings name the members that failed). Meanwhile a member
+// holds at most MaxBufferedBytes, and all of them at most MaxStreamBytes. A member that fails
+// after the answer started ends it with an error rather than with its items missing, since a
+// client that asked for everything must not get less without knowing.
 func (f *fanout) serveStream(w http.ResponseWriter, q listQuery) {
 	ctx := f.req.Context()
 	timeout := f.server.memberTimeout()
 	depth := max(f.server.maxBufferedBytes()/chunkBytes, 1)
 	notify := make(chan *streamMember, len(f.members)*(depth+2))
-	var ready sync.WaitGroup
 	sms := make([]*streamMember, len(f.members))
-	sem := make(chan struct{}, f.server.maxConcurrency())
+	slots := f.server.maxConcurrency()
+	sem := make(chan struct{}, slots)
+	progress := &streamProgress{slots: slots, waiting: len(f.members), changed: make(chan struct{}, 1)}
+	budget := semaphore.NewWeighted(int64(f.server.maxStreamBytes()))
 	for i, m := range f.members {
 		mctx, cancel := context.WithCancel(ctx)
-		sm := &streamMember{member: m, cancel: cancel, q: make(chan []byte, depth)}
-		sms[i] = sm
-		ready.Add(1)
+		sms[i] = &streamMember{member: m, ctx: mctx, cancel: cancel, q: make(chan []byte, depth)}
+	}
+	for _, sm := range sms {
 		go func() {
-			defer cancel()
-			sem <- struct{}{}
-			released := false
-			release := func() {
-				if !released {
-					released = true
-					<-sem
-				}
+			defer sm.cancel()
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
 			}
-			defer release()
-			f.streamMember(mctx, sm, q, timeout, &ready, notify, release)
+			defer func() { <-sem }()
+			f.streamMember(sm.ctx, sm, q, timeout, progress, budget, notify)
 		}()
 	}
-	allReady := make(chan struct{})
-	go func() { ready.Wait(); close(allReady) }()
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
-	select {
-	case <-allReady:
-	case <-deadline.C:
-	case <-ctx.Done():
-		return
+	for !progress.mayStart() {
+		select {
+		case <-progress.changed:
+		case <-deadline.C:
+			// Members that hold a slot and have not answered enough are late; those still
+			// waiting for a slot go on after the answer began.
+			for _, sm := range sms {
+				progress.mu.Lock()
+				late := sm.state == stateRunning
+				progress.mu.Unlock()
+				if late {
+					sm.ready.Do(func() {
+						sm.err = &memberError{code: http.StatusGatewayTimeout, message: fmt.Sprintf("no answer within %s", timeout)}
+						sm.excluded = true
+						sm.cancel()
+						progress.move(sm, stateReadyHolding)
+					})
+				}
+			}
+		case <-ctx.Done():
+			return
+		}
 	}
-	// Who is in: members that answered; the others are cancelled and named.
+	// Who is in: the members that answered enough; those that failed are named. The others
+	// go on after the answer began. If none answered yet, the first to answer starts it.
 	failed := map[string]*memberError{}
 	var chosen *streamMember
-	for _, sm := range sms {
-		sm.ready.Do(func() {
-			sm.err = &memberError{code: http.StatusGatewayTimeout, message: fmt.Sprintf("no answer within %s", timeout)}
-			sm.excluded = true
-			sm.cancel()
-			ready.Done()
-		})
-	}
-	<-allReady
-	for _, sm := range sms {
-		switch {
-		case sm.err != nil:
-			sm.excluded = true
-			failed[sm.name] = sm.err
-		case chosen == nil:
-			chosen = sm
-		case sm.meta.kind != chosen.meta.kind || sm.meta.table != chosen.meta.table:
-			sm.excluded = true
-			sm.cancel()
-			failed[sm.name] = &memberError{code: http.StatusBadGateway, message: fmt.Sprintf("it answered a %s, other mounts a %s", sm.meta.kind, chosen.meta.kind)}
+	started := map[*streamMember]bool{}
+	for {
+		progress.mu.Lock()
+		all := progress.waiting == 0 && progress.running == 0
+		progress.mu.Unlock()
+		for _, sm := range sms {
+			progress.mu.Lock()
+			st := sm.state
+			progress.mu.Unlock()
+			if started[sm] || st < stateReadyHolding {
+				continue
+			}
+			started[sm] = true
+			if sm.err != nil {
+				sm.excluded = true
+				failed[sm.name] = sm.err
+			} else if chosen == nil {
+				chosen = sm
+			}
+		}
+		if chosen != nil || all {
+			break
+		}
+		select {
+		case <-progress.changed:
+		case <-ctx.Done():
+			return
 		}
 	}
 	if chosen == nil {
@@ -173,19 +264,11 @@ func (f *fanout) serveStream(w http.ResponseWriter, q listQuery) {
 		return
 	}
 	warn(ctx, failed)
-	remaps := map[*streamMember][]int{}
-	if chosen.meta.table {
-		for _, sm := range sms {
-			if !sm.excluded && sm != chosen {
-				if r := remap(chosen.meta.columnNames, sm.meta.columnNames); r != nil {
-					remaps[sm] = r
-				}
-			}
-		}
-	}
 
 	out := newListWriter(w, chosen.meta)
 	open := len(sms)
+	remaps := map[*streamMember][]int{}
+	checked := map[*streamMember]bool{}
 	var scratch []byte
 	for open > 0 {
 		var sm *streamMember
@@ -203,6 +286,26 @@ func (f *fanout) serveStream(w http.ResponseWriter, q listQuery) {
 				panic(http.ErrAbortHandler)
 			}
 			continue
+		}
+		budget.Release(int64(len(chunk)))
+		if !checked[sm] && !sm.excluded {
+			checked[sm] = true
+			// A member's meta is set before its first chunk.
+			if sm.meta.kind != chosen.meta.kind || sm.meta.table != chosen.meta.table {
+				if started[sm] {
+					sm.excluded = true
+					sm.cancel()
+					warnLate(f, sm.name, fmt.Sprintf("it answered a %s, other mounts a %s", sm.meta.kind, chosen.meta.kind))
+					continue
+				}
+				f.logger().Info("A member of a fan-out list answered another kind after the answer began; ending the answer with an error", "mount", sm.name)
+				panic(http.ErrAbortHandler)
+			}
+			if chosen.meta.table {
+				if r := remap(chosen.meta.columnNames, sm.meta.columnNames); r != nil {
+					remaps[sm] = r
+				}
+			}
 		}
 		if sm.excluded {
 			continue
@@ -227,24 +330,39 @@ func (f *fanout) serveStream(w http.ResponseWriter, q listQuery) {
 	_ = out.end(EncodePositions(positions), "")
 }
 
+// warnLate logs what a Warning can no longer say: the answer's headers are written.
+func warnLate(f *fanout, mount, message string) {
+	f.logger().Info("A member of a fan-out list was left out after the answer began", "mount", mount, "reason", message)
+}
+
 // streamMember lists one member and hands its edited items over in chunks.
-func (f *fanout) streamMember(ctx context.Context, sm *streamMember, q listQuery, timeout time.Duration, ready *sync.WaitGroup, notify chan<- *streamMember, release func()) {
+func (f *fanout) streamMember(ctx context.Context, sm *streamMember, q listQuery, timeout time.Duration, progress *streamProgress, budget *semaphore.Weighted, notify chan<- *streamMember) {
+	progress.move(sm, stateRunning)
 	// Only the time to the answer's start is bounded here: once the fan-out's answer has
 	// begun, a member streams on under the request's own timeout.
 	startCtx, cancelStart := context.WithCancel(ctx)
 	timer := time.AfterFunc(timeout, cancelStart)
 	defer cancelStart()
+	var meta listMeta
+	ready := func() {
+		sm.ready.Do(func() { sm.meta = meta; progress.move(sm, stateReadyHolding) })
+	}
+	defer progress.move(sm, stateDone)
 	fail := func(err *memberError) {
 		early := false
 		sm.ready.Do(func() {
 			sm.err, early = err, true
-			ready.Done()
+			progress.move(sm, stateReadyHolding)
 		})
 		if !early {
 			sm.late = err
 		}
 		close(sm.q)
 		notify <- sm
+	}
+	if ctx.Err() != nil {
+		fail(&memberError{code: http.StatusServiceUnavailable, message: "cancelled"})
+		return
 	}
 	query := f.memberQuery(sm.member)
 	if rv, match := q.memberRV(sm.name); rv != "" {
@@ -272,22 +390,29 @@ func (f *fanout) streamMember(ctx context.Context, sm *streamMember, q listQuery
 		fail(failure(ctx, err, timeout))
 		return
 	}
-	meta := listMeta{}
 	meta.from(lr, resp.Header.Get("Content-Type"))
 	ed := &editor{mount: sm.name}
 	var chunk []byte
 	send := func() bool {
+		n := int64(len(chunk))
+		if !budget.TryAcquire(n) {
+			// The request holds all it may: this member answered enough to let the answer
+			// start, and waiting for the client does not count against its deadline.
+			ready()
+			timer.Stop()
+			if budget.Acquire(ctx, n) != nil {
+				return false
+			}
+		}
 		select {
 		case sm.q <- chunk:
 		default:
-			// The buffer is full: this member answered enough to let the answer start.
-			sm.ready.Do(func() { sm.meta = meta; ready.Done() })
-			// Waiting for the client does not count against the member's deadline.
+			ready()
 			timer.Stop()
-			release()
 			select {
 			case sm.q <- chunk:
 			case <-ctx.Done():
+				budget.Release(n)
 				return false
 			}
 		}
@@ -330,7 +455,7 @@ func (f *fanout) streamMember(ctx context.Context, sm *streamMember, q listQuery
 		fail(&memberError{code: http.StatusServiceUnavailable, message: "cancelled"})
 		return
 	}
-	sm.ready.Do(func() { sm.meta = meta; ready.Done() })
+	ready()
 	close(sm.q)
 	notify <- sm
 }

@@ -238,8 +238,9 @@ func (f *fanout) servePage(w http.ResponseWriter, q listQuery) {
 						return
 					}
 				}
+				// The window shares what the page may still hold.
 				remaining := limit - count
-				results[i] = f.fetchPage(ctx, c, q, remaining, int(remaining), max(budget-len(page), 1))
+				results[i] = f.fetchPage(ctx, c, q, remaining, int(remaining), max((budget-len(page))/len(batch), 1))
 			}()
 		}
 		wg.Wait()

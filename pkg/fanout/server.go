@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/semaphore"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -42,6 +43,9 @@ const (
 	// DefaultMaxBufferedBytes bounds what one member of an unpaged list or a watch has read
 	// ahead of the client.
 	DefaultMaxBufferedBytes = 256 << 10
+	// DefaultMaxStreamBytes bounds what all members of one unpaged list or watch have read
+	// ahead of the client.
+	DefaultMaxStreamBytes = 64 << 20
 )
 
 // HopsHeader is the proxy's count of mount proxies a request has passed (pkg/proxy).
@@ -69,6 +73,8 @@ type Server struct {
 	MaxPageBytes int
 	// MaxBufferedBytes bounds what a member of an unpaged list or a watch reads ahead.
 	MaxBufferedBytes int
+	// MaxStreamBytes bounds what all members of an unpaged list or a watch read ahead.
+	MaxStreamBytes int
 	// MinWatchTimeout: a watch without timeoutSeconds ends after a random time between it
 	// and twice it, as kube-apiserver's (--min-request-timeout); 30 minutes when 0.
 	MinWatchTimeout time.Duration
@@ -93,6 +99,13 @@ func (s *Server) maxPageBytes() int {
 		return s.MaxPageBytes
 	}
 	return DefaultMaxPageBytes
+}
+
+func (s *Server) maxStreamBytes() int {
+	if s.MaxStreamBytes > 0 {
+		return s.MaxStreamBytes
+	}
+	return DefaultMaxStreamBytes
 }
 
 func (s *Server) maxBufferedBytes() int {
@@ -262,6 +275,8 @@ type fanout struct {
 	sel     memberSelectors
 	members []*member
 	path    Path
+	// watchBudget bounds the bytes all members of a watch have read ahead of the client.
+	watchBudget *semaphore.Weighted
 }
 
 // memberQuery is the query a member is asked: the caller's, with the selectors split.

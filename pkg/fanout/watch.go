@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/semaphore"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -173,6 +175,7 @@ func (f *fanout) serveWatch(w http.ResponseWriter) {
 	}
 	ctx, cancel := context.WithCancel(f.req.Context())
 	defer cancel()
+	f.watchBudget = semaphore.NewWeighted(int64(f.server.maxStreamBytes()))
 	events := make(chan *wEvent, 1024)
 	wms := make([]*watchMember, len(f.members))
 	rvs := make([]string, len(f.members))
@@ -303,6 +306,7 @@ func (ww *watchWriter) handle(ev *wEvent) bool {
 	defer func() {
 		if ev.size > 0 {
 			ev.m.budget.release(ev.size)
+			ww.f.watchBudget.Release(int64(ev.size))
 		}
 	}()
 	i := ev.m.index
@@ -512,10 +516,17 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// emit hands an event to the writer; false once the watch is over.
+// emit hands an event to the writer; false once the watch is over. Its bytes count against
+// the member's budget and the request's until the writer wrote it.
 func (f *fanout) emit(ctx context.Context, out chan<- *wEvent, ev *wEvent) bool {
-	if ev.size > 0 && !ev.m.budget.acquire(ctx, ev.size) {
-		return false
+	if ev.size > 0 {
+		if !ev.m.budget.acquire(ctx, ev.size) {
+			return false
+		}
+		if f.watchBudget.Acquire(ctx, int64(ev.size)) != nil {
+			ev.m.budget.release(ev.size)
+			return false
+		}
 	}
 	select {
 	case out <- ev:

@@ -300,6 +300,16 @@ func TestFanOut(t *testing.T) {
 		if !slices.Equal(names, want) {
 			t.Errorf("-o name: %v, want %v (names unique across mounts)", names, want)
 		}
+		// One unpaged LIST, streamed: every object, a composite resourceVersion.
+		whole := listRaw(t, e.admin, "/api/v1/namespaces/fan/configmaps", url.Values{})
+		sort.Strings(whole.Items)
+		var wantNames []string
+		for _, w := range every(allFanoutMounts...) {
+			wantNames = append(wantNames, strings.Replace(w, "/", fanout.NameSeparator, 1))
+		}
+		if !slices.Equal(whole.Items, wantNames) || whole.Continue != "" || !fanout.IsComposite(whole.ResourceVersion) {
+			t.Errorf("unpaged LIST: %v, continue %q, resourceVersion %q", whole.Items, whole.Continue, whole.ResourceVersion)
+		}
 		// Discovery is what the targets serve in common, so kubectl resolves short names.
 		if _, rows := tableRows(t, e.must(t, admin, "get", "cm", "-n", "fan")); len(rows) != 10 {
 			t.Errorf("kubectl get cm: %v", rows)
