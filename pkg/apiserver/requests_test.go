@@ -7,6 +7,9 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/sets"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+
+	"github.com/kcp-dev/mount-apiserver/pkg/fanout"
+	"github.com/kcp-dev/mount-apiserver/pkg/proxy"
 )
 
 // TestLongRunningFanOut: a watch through mounts/*/proxy, in the labels form too, is
@@ -29,5 +32,13 @@ func TestLongRunningFanOut(t *testing.T) {
 		if got := check(req, info); got != want {
 			t.Errorf("%s: long-running %v, want %v", path, got, want)
 		}
+	}
+}
+
+// TestHopsHeaderAgrees: the fan-out refuses requests that passed a mount proxy by the header
+// the proxy counts in.
+func TestHopsHeaderAgrees(t *testing.T) {
+	if fanout.HopsHeader != proxy.HopsHeader {
+		t.Errorf("fanout.HopsHeader %q, proxy.HopsHeader %q", fanout.HopsHeader, proxy.HopsHeader)
 	}
 }
