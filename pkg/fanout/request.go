@@ -212,7 +212,10 @@ type memberSelectors struct {
 	labelSelector string
 	// names maps a mount to the metadata.name its objects must have (fieldSelector
 	// metadata.name=<mount>:<name>); fieldSelector is the rest.
-	names         map[string]string
+	names map[string]string
+	// notNames maps a mount to the names its objects must not have (fieldSelector
+	// metadata.name!=<mount>:<name>): only that member is asked to leave them out.
+	notNames      map[string][]string
 	fieldSelector string
 	// none: the selectors select nothing (two different names).
 	none bool
@@ -257,6 +260,16 @@ func splitSelectors(query url.Values) (memberSelectors, error) {
 					continue
 				}
 			}
+			if r.Field == "metadata.name" && r.Operator == selection.NotEquals {
+				// Another mount's objects never have this name: only its mount is asked.
+				if mount, name, ok := SplitName(r.Value); ok {
+					if s.notNames == nil {
+						s.notNames = map[string][]string{}
+					}
+					s.notNames[mount] = append(s.notNames[mount], name)
+					continue
+				}
+			}
 			rest = append(rest, fields.OneTermEqualSelector(r.Field, r.Value))
 			if r.Operator == selection.NotEquals {
 				rest[len(rest)-1] = fields.OneTermNotEqualSelector(r.Field, r.Value)
@@ -281,13 +294,15 @@ func (s memberSelectors) selects(mount string) bool {
 
 // fieldSelectorFor is the field selector the member named mount is asked.
 func (s memberSelectors) fieldSelectorFor(mount string) string {
-	name, ok := s.names[mount]
-	if !ok {
-		return s.fieldSelector
+	var terms []string
+	if s.fieldSelector != "" {
+		terms = append(terms, s.fieldSelector)
 	}
-	term := fields.OneTermEqualSelector("metadata.name", name).String()
-	if s.fieldSelector == "" {
-		return term
+	for _, name := range s.notNames[mount] {
+		terms = append(terms, fields.OneTermNotEqualSelector("metadata.name", name).String())
 	}
-	return s.fieldSelector + "," + term
+	if name, ok := s.names[mount]; ok {
+		terms = append(terms, fields.OneTermEqualSelector("metadata.name", name).String())
+	}
+	return strings.Join(terms, ",")
 }

@@ -120,6 +120,12 @@ func TestSplitSelectors(t *testing.T) {
 	if !s.selects("a") || s.fieldSelectorFor("a") != "metadata.name=plain" {
 		t.Errorf("a name without a mount: %+v", s)
 	}
+	// metadata.name!=<mount>:<name> leaves out that mount's object only: the others are not
+	// asked to leave out their objects of the same name.
+	s, _ = splitSelectors(url.Values{"fieldSelector": {"metadata.name!=b:x,metadata.namespace=ns"}})
+	if !s.selects("a") || !s.selects("b") || s.fieldSelectorFor("a") != "metadata.namespace=ns" || s.fieldSelectorFor("b") != "metadata.namespace=ns,metadata.name!=x" {
+		t.Errorf("metadata.name!=b:x: a is asked %q, b %q", s.fieldSelectorFor("a"), s.fieldSelectorFor("b"))
+	}
 	for _, bad := range []url.Values{{"labelSelector": {"a in ("}}, {"fieldSelector": {"a"}}} {
 		if _, err := splitSelectors(bad); err == nil {
 			t.Errorf("%v accepted", bad)
