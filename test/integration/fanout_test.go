@@ -52,6 +52,10 @@ type fanoutEnv struct {
 	// the fan-out and the mounts t2-plain and t3-a and read on the targets; bob may use
 	// t2-plain only, not the fan-out; carol may use every mount, and read on t1 and t3 only.
 	admin, alice, bob, carol *rest.Config
+	// agentUp and agentDown start and stop t1's agent: t1-tunnel goes offline while t1
+	// stays up and keeps its history.
+	agentUp   func(t *testing.T)
+	agentDown func()
 }
 
 // The mounts of fanoutEnv: name -> target, labels.
@@ -161,14 +165,26 @@ func startFanoutEnv(ctx context.Context, t *testing.T) *fanoutEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ag, err := agent.New(&agent.Config{Hub: agentHub, AttachURL: attachURL, Mount: "t1-tunnel", Target: strings.TrimPrefix(e.t1.URL, "https://"), MaxBackoff: time.Second})
-	if err != nil {
-		t.Fatal(err)
+	var stopAgent func()
+	e.agentUp = func(t *testing.T) {
+		t.Helper()
+		ag, err := agent.New(&agent.Config{Hub: agentHub, AttachURL: attachURL, Mount: "t1-tunnel", Target: strings.TrimPrefix(e.t1.URL, "https://"), MaxBackoff: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		agentCtx, cancel := context.WithCancel(ctx)
+		agentDone := make(chan struct{})
+		go func() { defer close(agentDone); _ = ag.Run(agentCtx) }()
+		stopAgent = func() { cancel(); <-agentDone }
 	}
-	agentCtx, stopAgent := context.WithCancel(ctx)
-	agentDone := make(chan struct{})
-	go func() { defer close(agentDone); _ = ag.Run(agentCtx) }()
-	t.Cleanup(func() { stopAgent(); <-agentDone })
+	e.agentDown = func() {
+		if stopAgent != nil {
+			stopAgent()
+			stopAgent = nil
+		}
+	}
+	e.agentUp(t)
+	t.Cleanup(func() { e.agentDown() })
 	until(t, "the tunnel of t1-tunnel serves", func() bool {
 		code, _ := haProxyGet(t, e.admin, "t1-tunnel", "/api/v1/namespaces/fan/configmaps")
 		return code == http.StatusOK
@@ -309,6 +325,19 @@ func TestFanOut(t *testing.T) {
 		}
 		if !slices.Equal(whole.Items, wantNames) || whole.Continue != "" || !fanout.IsComposite(whole.ResourceVersion) {
 			t.Errorf("unpaged LIST: %v, continue %q, resourceVersion %q", whole.Items, whole.Continue, whole.ResourceVersion)
+		}
+		// A cluster-scoped resource: each mount's namespaces.
+		out = e.must(t, admin, "get", "namespaces", "--field-selector", "metadata.name=fan")
+		if _, rows := tableRows(t, out); !slices.Equal(rows, []string{"t1-tunnel/fan", "t2-plain/fan", "t2-renamed/fan", "t3-a/fan", "t3-b/fan"}) {
+			t.Errorf("kubectl get namespaces --field-selector metadata.name=fan: %v\n%s", rows, out)
+		}
+		// Field selectors on the names the fan-out gives: one mount's object, or all but it.
+		if _, rows := tableRows(t, e.must(t, admin, "get", "configmaps", "-n", "fan", "--field-selector", "metadata.name=t2-renamed:t2-b")); !slices.Equal(rows, []string{"t2-renamed/t2-b"}) {
+			t.Errorf("--field-selector metadata.name=t2-renamed:t2-b: %v", rows)
+		}
+		_, rows = tableRows(t, e.must(t, admin, "get", "configmaps", "-n", "fan", "--field-selector", "metadata.name!=t2-renamed:t2-b"))
+		if want := slices.DeleteFunc(every(allFanoutMounts...), func(r string) bool { return r == "t2-renamed/t2-b" }); !slices.Equal(rows, want) {
+			t.Errorf("--field-selector metadata.name!=t2-renamed:t2-b: %v, want %v", rows, want)
 		}
 		// Discovery is what the targets serve in common, so kubectl resolves short names.
 		if _, rows := tableRows(t, e.must(t, admin, "get", "cm", "-n", "fan")); len(rows) != 10 {
@@ -577,17 +606,39 @@ func (e *fanoutEnv) informer(ctx context.Context, t *testing.T) {
 	create(e.t1, "t1-i1")
 	until(t, "t1-i1 through the tunnel", has("t1-tunnel:t1-i1"))
 
+	// t1's agent goes away: t1-tunnel is offline while t1 changes. Lists name it in a
+	// Warning; when the agent is back, the member's watch resumes where it stood and the
+	// informer gets what it missed, without listing again.
+	e.agentDown()
+	leakMust(t, e.t1.Client.CoreV1().ConfigMaps("fan").Delete(ctx, "t1-i1", metav1.DeleteOptions{}))
+	create(e.t1, "t1-i0")
+	out, err := e.run(e.kubeconfig(t, e.admin, ""), "get", "configmaps", "-n", "fan")
+	if err != nil {
+		t.Fatalf("kubectl get with t1's agent away: %v\n%s", err, out)
+	}
+	if _, rows := tableRows(t, out); !slices.Equal(rows, every("t2-plain", "t2-renamed", "t3-a", "t3-b")) || !strings.Contains(out, `Warning: mount "t1-tunnel" did not take part`) {
+		t.Errorf("with t1's agent away: %v\n%s", rows, out)
+	}
+	if _, ok, _ := store.GetByKey("fan/t1-tunnel:t1-i1"); !ok {
+		t.Error("t1-i1 left the informer's store while t1-tunnel was offline")
+	}
+	e.agentUp(t)
+	until(t, "t1-i0 and t1-i1's deletion after the agent came back", func() bool {
+		_, gone, _ := store.GetByKey("fan/t1-tunnel:t1-i1")
+		return has("t1-tunnel:t1-i0")() && !gone
+	})
+
 	// t3 goes down: lists answer with the others and name t3's mounts in Warnings, within
 	// the member deadline; the informer's watch goes on with the others.
 	e.t3.Down()
 	start := time.Now()
-	out, err := e.run(e.kubeconfig(t, e.admin, ""), "get", "configmaps", "-n", "fan")
+	out, err = e.run(e.kubeconfig(t, e.admin, ""), "get", "configmaps", "-n", "fan")
 	took := time.Since(start)
 	if err != nil {
 		t.Fatalf("kubectl get with t3 down: %v\n%s", err, out)
 	}
 	_, rows := tableRows(t, out)
-	if want := append(every("t1-tunnel", "t2-plain", "t2-renamed"), "t1-tunnel/t1-i1"); !slices.Equal(rows, sorted(want)) {
+	if want := append(every("t1-tunnel", "t2-plain", "t2-renamed"), "t1-tunnel/t1-i0"); !slices.Equal(rows, sorted(want)) {
 		t.Errorf("with t3 down: %v, want %v", rows, sorted(want))
 	}
 	for _, m := range []string{"t3-a", "t3-b"} {
