@@ -1,11 +1,13 @@
 package fanout
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/semaphore"
@@ -104,6 +106,9 @@ type streamMember struct {
 	excluded bool
 	// state is the member's in the stream's progress (guarded by streamProgress.mu).
 	state memberState
+	// probing: the member found no slot and its probe is not done (guarded by
+	// streamProgress.mu).
+	probing bool
 }
 
 type memberState int
@@ -127,7 +132,32 @@ type streamProgress struct {
 	mu                                 sync.Mutex
 	slots                              int
 	waiting, running, readyHolding, rd int
-	changed                            chan struct{}
+	// probing counts the members waiting for a slot whose probe is not done.
+	probing int
+	changed chan struct{}
+	// begun is set once the answer's headers are about to be written.
+	begun atomic.Bool
+}
+
+// setProbing marks sm as probing or not; it reports whether it changed.
+func (p *streamProgress) setProbing(sm *streamMember, on bool) bool {
+	p.mu.Lock()
+	if sm.probing == on {
+		p.mu.Unlock()
+		return false
+	}
+	sm.probing = on
+	if on {
+		p.probing++
+	} else {
+		p.probing--
+	}
+	p.mu.Unlock()
+	select {
+	case p.changed <- struct{}{}:
+	default:
+	}
+	return true
 }
 
 func (p *streamProgress) move(sm *streamMember, to memberState) {
@@ -167,7 +197,7 @@ func (p *streamProgress) mayStart() bool {
 	if p.waiting == 0 && p.running == 0 {
 		return true
 	}
-	return p.running == 0 && p.waiting > 0 && p.readyHolding >= p.slots
+	return p.running == 0 && p.waiting > 0 && p.readyHolding >= p.slots && p.probing == 0
 }
 
 // serveStream serves an unpaged list: every member at once, items merged as they arrive. The
@@ -190,14 +220,34 @@ func (f *fanout) serveStream(w http.ResponseWriter, q listQuery) {
 		mctx, cancel := context.WithCancel(ctx)
 		sms[i] = &streamMember{member: m, ctx: mctx, cancel: cancel, q: make(chan []byte, depth)}
 	}
+	probes := make(chan struct{}, slots)
 	for _, sm := range sms {
 		go func() {
 			defer sm.cancel()
+			held := false
+			defer func() {
+				if held {
+					<-sem
+				}
+			}()
 			select {
 			case sem <- struct{}{}:
-			case <-ctx.Done():
+				held = true
+			default:
+				// Every slot is taken, and the answer may begin before this member has one:
+				// its failure could then only end the answer with an error. Ask it for one
+				// item first (a small answer, outside the slots), so that a member that is
+				// down, silent or refuses the caller is left out and named in a Warning.
+				if err := f.probeStreamMember(sm, q, progress, probes); err != nil {
+					f.failWaiting(sm, err, progress, notify)
+					return
+				}
+				select {
+				case sem <- struct{}{}:
+					held = true
+				case <-sm.ctx.Done():
+				}
 			}
-			defer func() { <-sem }()
 			f.streamMember(sm.ctx, sm, q, timeout, progress, budget, notify)
 		}()
 	}
@@ -212,7 +262,17 @@ func (f *fanout) serveStream(w http.ResponseWriter, q listQuery) {
 			for _, sm := range sms {
 				progress.mu.Lock()
 				late := sm.state == stateRunning
+				probing := sm.probing
 				progress.mu.Unlock()
+				if probing {
+					sm.ready.Do(func() {
+						sm.err = &memberError{code: http.StatusGatewayTimeout, message: fmt.Sprintf("no answer within %s", timeout)}
+						sm.excluded = true
+						sm.cancel()
+						progress.move(sm, stateDone)
+					})
+					progress.setProbing(sm, false)
+				}
 				if late {
 					sm.ready.Do(func() {
 						sm.err = &memberError{code: http.StatusGatewayTimeout, message: fmt.Sprintf("no answer within %s", timeout)}
@@ -265,6 +325,7 @@ func (f *fanout) serveStream(w http.ResponseWriter, q listQuery) {
 	}
 	warn(ctx, failed)
 
+	progress.begun.Store(true)
 	out := newListWriter(w, chosen.meta)
 	open := len(sms)
 	remaps := map[*streamMember][]int{}
@@ -280,9 +341,11 @@ func (f *fanout) serveStream(w http.ResponseWriter, q listQuery) {
 		chunk, ok := <-sm.q
 		if !ok {
 			open--
-			if sm.late != nil && !sm.excluded {
-				// The answer has begun: a client must not take what follows for all there is.
-				f.logger().Info("A member of a fan-out list failed after the answer began; ending the answer with an error", "mount", sm.name, "err", sm.late.message)
+			// A member that failed after the answer began (having answered enough before, or
+			// not yet) cannot be named in a Warning any more: a client must not take what
+			// follows for all there is.
+			if err := cmp.Or(sm.late, sm.err); err != nil && !sm.excluded {
+				f.logger().Info("A member of a fan-out list failed after the answer began; ending the answer with an error", "mount", sm.name, "err", err.message)
 				panic(http.ErrAbortHandler)
 			}
 			continue
@@ -328,6 +391,34 @@ func (f *fanout) serveStream(w http.ResponseWriter, q listQuery) {
 		}
 	}
 	_ = out.end(EncodePositions(positions), "")
+}
+
+// probeStreamMember lists sm with limit 1 within the member deadline, at most slots probes of
+// the request at once; sm counts as probing until it is done.
+func (f *fanout) probeStreamMember(sm *streamMember, q listQuery, progress *streamProgress, probes chan struct{}) *memberError {
+	progress.setProbing(sm, true)
+	defer progress.setProbing(sm, false)
+	select {
+	case probes <- struct{}{}:
+	case <-sm.ctx.Done():
+		return &memberError{code: http.StatusServiceUnavailable, message: "cancelled"}
+	}
+	defer func() { <-probes }()
+	if sm.ctx.Err() != nil {
+		return &memberError{code: http.StatusServiceUnavailable, message: "cancelled"}
+	}
+	return f.fetchPage(sm.ctx, &cursor{name: sm.name, m: sm.member}, q, 1, 0, 1).err
+}
+
+// failWaiting ends a member that failed before it held a slot.
+func (f *fanout) failWaiting(sm *streamMember, err *memberError, progress *streamProgress, notify chan<- *streamMember) {
+	sm.ready.Do(func() {
+		sm.err = err
+		sm.excluded = true
+	})
+	progress.move(sm, stateDone)
+	close(sm.q)
+	notify <- sm
 }
 
 // warnLate logs what a Warning can no longer say: the answer's headers are written.
@@ -417,6 +508,11 @@ func (f *fanout) streamMember(ctx context.Context, sm *streamMember, q listQuery
 			}
 		}
 		notify <- sm
+		if progress.begun.Load() {
+			// The answer has begun and this member is answering: it streams on under the
+			// request's own timeout, as the members that began before it.
+			timer.Stop()
+		}
 		chunk = make([]byte, 0, chunkBytes+4096)
 		return true
 	}

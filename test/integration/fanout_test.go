@@ -503,6 +503,8 @@ func TestFanOut(t *testing.T) {
 
 	t.Run("partial failure", func(t *testing.T) { e.partialFailure(ctx, t) })
 
+	t.Run("more mounts than request slots", func(t *testing.T) { e.manyMounts(ctx, t) })
+
 	t.Run("informer and a target that goes down", func(t *testing.T) { e.informer(ctx, t) })
 }
 
@@ -563,6 +565,99 @@ func (e *fanoutEnv) partialFailure(ctx context.Context, t *testing.T) {
 	}
 	t.Logf("kubectl get with a silent member took %v (member deadline %v; discovery and the LIST each wait for it)", took.Round(time.Millisecond), fanoutMemberTimeout)
 	leakMust(t, mounts.Delete(ctx, "silent", metav1.DeleteOptions{}))
+}
+
+// manyMounts: an unpaged LIST across more mounts than one request has slots for member
+// requests (fanout.DefaultMaxConcurrency), each answering more than a member may read ahead,
+// so that the answer begins while members still wait for a slot; those of them whose target
+// is down are named in Warnings and the others' items all arrive, instead of the answer
+// breaking off when they fail after it began.
+func (e *fanoutEnv) manyMounts(ctx context.Context, t *testing.T) {
+	const big, down, perMount = fanout.DefaultMaxConcurrency + 2, 8, 700
+	host := e.c.Host
+	leakMust(t, leakErr(e.t2.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "big"}}, metav1.CreateOptions{})))
+	data := strings.Repeat("x", 400)
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < perMount; i += 8 {
+				cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("big-%04d", i)}, Data: map[string]string{"data": data}}
+				if _, err := e.t2.Client.CoreV1().ConfigMaps("big").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	// A port nothing listens on: the down members' targets refuse connections.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := l.Addr().String()
+	l.Close()
+	downKubeconfig, err := framework.KubeconfigBytes(&rest.Config{Host: "https://" + closed, BearerToken: "never-used", TLSClientConfig: rest.TLSClientConfig{CAData: e.t2.AdminConfig.CAData}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t2Secret, err := host.Client.CoreV1().Secrets("clusters").Get(ctx, "t2-plain", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t2Kubeconfig := t2Secret.Data["kubeconfig"]
+	mounts := leakMountsClient(t, host.AdminConfig).MountsV1alpha1().Mounts()
+	var names []string
+	add := func(name string, kubeconfig []byte) {
+		leakMust(t, leakErr(host.Client.CoreV1().Secrets("clusters").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string][]byte{"kubeconfig": kubeconfig}}, metav1.CreateOptions{})))
+		leakMust(t, leakErr(mounts.Create(ctx, &v1alpha1.Mount{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"many": "yes"}}, Spec: v1alpha1.MountSpec{Ref: v1alpha1.ObjectReference{Namespace: "clusters", Name: name}}}, metav1.CreateOptions{})))
+		names = append(names, name)
+	}
+	for i := range big {
+		add(fmt.Sprintf("many-%03d", i), t2Kubeconfig)
+	}
+	// Last in name order: the members most likely still waiting when the answer begins.
+	for i := range down {
+		add(fmt.Sprintf("zz-down-%d", i), downKubeconfig)
+	}
+	t.Cleanup(func() {
+		for _, n := range names {
+			_ = mounts.Delete(context.Background(), n, metav1.DeleteOptions{})
+		}
+	})
+
+	client, err := rest.HTTPClientFor(e.admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client.Timeout = 2 * time.Minute
+	resp, err := client.Get(e.admin.Host + "/apis/mounts.kcp.io/v1alpha1/mounts/*/proxy/labels/many=yes/api/v1/namespaces/big/configmaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var l2 struct {
+		Items []struct {
+			Metadata metav1.ObjectMeta `json:"metadata"`
+		} `json:"items"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&l2); resp.StatusCode != http.StatusOK || err != nil {
+		t.Fatalf("unpaged LIST across %d mounts: %d, %v (the answer broke off?)", big+down, resp.StatusCode, err)
+	}
+	if len(l2.Items) != big*perMount {
+		t.Errorf("%d items, want %d", len(l2.Items), big*perMount)
+	}
+	warnings := strings.Join(resp.Header.Values("Warning"), "\n")
+	for i := range down {
+		if !strings.Contains(warnings, fmt.Sprintf(`mount \"zz-down-%d\" did not take part`, i)) {
+			t.Errorf("no Warning names zz-down-%d:\n%s", i, warnings)
+		}
+	}
+	if strings.Contains(warnings, "many-") {
+		t.Errorf("a healthy member is named in a Warning:\n%s", warnings)
+	}
 }
 
 // informer runs a client-go informer of ConfigMaps in namespace fan through the fan-out.
