@@ -14,7 +14,7 @@
 //
 // Run it when the machine is quiet; it prints the load average before and after.
 //
-//	go run ./test/bench/fanout [-mounts 100] [-targets 4] [-objects 100000] [-rounds 5] [-events 100] [-member-timeout 2s]
+//	go run ./test/bench/fanout [-mounts 100] [-targets 4] [-objects 100000] [-rounds 5] [-events 100] [-member-timeout 10s] [-page-limit 500]
 package main
 
 import (
@@ -60,7 +60,8 @@ func main() {
 	rounds := flag.Int("rounds", 5, "rounds of each LIST measurement")
 	events := flag.Int("events", 100, "events per second the merged watch delivers")
 	watchFor := flag.Duration("watch", 30*time.Second, "how long each watch measurement runs")
-	memberTimeout := flag.Duration("member-timeout", 2*time.Second, "the hub's --fanout-member-timeout")
+	memberTimeout := flag.Duration("member-timeout", 10*time.Second, "the hub's --fanout-member-timeout (its default)")
+	flag.Int64Var(&pageLimit, "page-limit", 500, "limit of the paged fan-out LIST measured once (kubectl's --chunk-size); 0: none")
 	flag.StringVar(&cpuProfile, "cpuprofile", "", "write the hub's CPU profile over 10 s of fan-out LISTs to this file")
 	flag.Parse()
 	if err := run(*mounts, *targets, *objects, *rounds, *events, *watchFor, *memberTimeout); err != nil {
@@ -69,7 +70,10 @@ func main() {
 	}
 }
 
-var cpuProfile string
+var (
+	cpuProfile string
+	pageLimit  int64
+)
 
 func loadavg() string {
 	data, _ := os.ReadFile("/proc/loadavg")
@@ -168,15 +172,22 @@ func run(nMounts, nTargets, nObjects, rounds, eventRate int, watchFor, memberTim
 		return fmt.Errorf("resetting the hub's peak RSS: %w", err)
 	}
 	before := rss(pid, "VmRSS")
-	if _, _, err := measure.TimeReads(ctx, client, fanURL, "application/json", 1); err != nil {
-		return err
+	if _, _, out, err := timeFanout(ctx, client, fanURL, 1); err != nil || out > 0 {
+		return fmt.Errorf("fan-out LIST for the peak RSS: %v, %d members left out", err, out)
 	}
 	peak := rss(pid, "VmHWM")
 	fmt.Printf("peak RSS added by one fan-out LIST of %d objects: %d MiB (RSS %d MiB before, peak %d MiB)\n", perMount*nMounts, peak-before, before, peak)
 
-	fan, size, err := measure.TimeReads(ctx, client, fanURL, "application/json", rounds)
+	fan, size, fanOut, err := timeFanout(ctx, client, fanURL, rounds)
 	if err != nil {
 		return err
+	}
+	var paged time.Duration
+	var pages int
+	if pageLimit > 0 {
+		if paged, pages, err = pagedList(ctx, client, fanURL, pageLimit, perMount*nMounts); err != nil {
+			return err
+		}
 	}
 	var sequential []time.Duration
 	for range rounds {
@@ -200,7 +211,10 @@ func run(nMounts, nTargets, nObjects, rounds, eventRate int, watchFor, memberTim
 		return err
 	}
 	fmt.Printf("LIST of %d ConfigMaps, JSON read as bytes, p50 (min-max) of %d:\n", perMount*nMounts, rounds)
-	fmt.Printf("  fan-out across %d mounts (%.1f MB):     %v (%v-%v)\n", nMounts, float64(size)/1e6, p50(fan), slices.Min(fan).Round(time.Millisecond), slices.Max(fan).Round(time.Millisecond))
+	fmt.Printf("  fan-out across %d mounts (%.1f MB):     %v (%v-%v), members left out in all rounds: %d\n", nMounts, float64(size)/1e6, p50(fan), slices.Min(fan).Round(time.Millisecond), slices.Max(fan).Round(time.Millisecond), fanOut)
+	if pageLimit > 0 {
+		fmt.Printf("  fan-out paged, limit %d (%d pages, once): %v\n", pageLimit, pages, paged.Round(time.Millisecond))
+	}
 	fmt.Printf("  the %d mounts one after another:        %v (%v-%v)\n", nMounts, p50(sequential), slices.Min(sequential).Round(time.Millisecond), slices.Max(sequential).Round(time.Millisecond))
 	fmt.Printf("  one direct LIST of as many (%.1f MB): %v (%v-%v)\n", float64(directSize)/1e6, p50(single), slices.Min(single).Round(time.Millisecond), slices.Max(single).Round(time.Millisecond))
 	fmt.Printf("  load %s; hub RSS %d MiB\n", loadavg(), rss(pid, "VmRSS"))
@@ -208,7 +222,7 @@ func run(nMounts, nTargets, nObjects, rounds, eventRate int, watchFor, memberTim
 		done := make(chan error, 1)
 		go func() { done <- framework.Profile(hub.Config, "profile?seconds=10", cpuProfile) }()
 		for t0 := time.Now(); time.Since(t0) < 10*time.Second; {
-			if _, _, err := measure.TimeReads(ctx, client, fanURL, "application/json", 1); err != nil {
+			if _, _, _, err := timeFanout(ctx, client, fanURL, 1); err != nil {
 				return err
 			}
 		}
@@ -223,7 +237,7 @@ func run(nMounts, nTargets, nObjects, rounds, eventRate int, watchFor, memberTim
 
 	// Outages: one target down (refused at once), then one more mount that never answers.
 	targets[nTargets-1].Down()
-	down, _, err := measure.TimeReads(ctx, client, fanURL, "application/json", rounds)
+	down, _, downOut, err := timeFanout(ctx, client, fanURL, rounds)
 	if err != nil {
 		return err
 	}
@@ -239,13 +253,14 @@ func run(nMounts, nTargets, nObjects, rounds, eventRate int, watchFor, memberTim
 	if err := addMount(ctx, hub, core, "bench-silent", holeKubeconfig); err != nil {
 		return err
 	}
-	silent, _, err := measure.TimeReads(ctx, client, fanURL, "application/json", rounds)
+	silent, _, silentOut, err := timeFanout(ctx, client, fanURL, rounds)
 	if err != nil {
 		return err
 	}
-	fmt.Printf("member outages, fan-out LIST p50 (max) of %d, member deadline %v:\n", rounds, memberTimeout)
-	fmt.Printf("  target %d down (%d mounts refused):          %v (%v)\n", nTargets-1, nMounts/nTargets, p50(down), slices.Max(down).Round(time.Millisecond))
-	fmt.Printf("  and a mount whose target never answers: %v (%v)\n", p50(silent), slices.Max(silent).Round(time.Millisecond))
+	fmt.Printf("member outages, fan-out LIST p50 (max) of %d, member deadline %v; members named in Warnings per round:\n", rounds, memberTimeout)
+	fmt.Printf("  all up (above):                         %v (%v)\n", p50(fan), slices.Max(fan).Round(time.Millisecond))
+	fmt.Printf("  target %d down (%d mounts refused):          %v (%v), %d named\n", nTargets-1, nMounts/nTargets, p50(down), slices.Max(down).Round(time.Millisecond), downOut/rounds)
+	fmt.Printf("  and a mount whose target never answers: %v (%v), %d named\n", p50(silent), slices.Max(silent).Round(time.Millisecond), silentOut/rounds)
 	fmt.Printf("load average at the end: %s\n", loadavg())
 	return nil
 }
@@ -317,6 +332,88 @@ func addMount(ctx context.Context, hub *framework.Server, core kubernetes.Interf
 	_, err := hub.Client.MountsV1alpha1().Mounts().Create(ctx, &v1alpha1.Mount{ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: v1alpha1.MountSpec{Ref: v1alpha1.ObjectReference{Namespace: "clusters", Name: name}}}, metav1.CreateOptions{})
 	return err
+}
+
+// timeFanout times n unpaged fan-out LISTs of u, read as bytes, and counts the members their
+// Warnings name (each Warning names one, or says "<n> more mounts").
+func timeFanout(ctx context.Context, c *http.Client, u string, n int) ([]time.Duration, int64, int, error) {
+	var samples []time.Duration
+	var size int64
+	named := 0
+	for range n {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		req.Header.Set("Accept", "application/json")
+		start := time.Now()
+		resp, err := c.Do(req)
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		size, err = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return nil, 0, 0, fmt.Errorf("fan-out LIST: %w", err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			return nil, 0, 0, fmt.Errorf("fan-out LIST: %d", resp.StatusCode)
+		}
+		samples = append(samples, time.Since(start))
+		for _, w := range resp.Header.Values("Warning") {
+			// 299 - "<n> more mounts did not take part: ..."
+			if i := strings.Index(w, " more mounts did not take part"); i >= 0 {
+				if f := strings.Fields(w[:i]); len(f) > 0 {
+					k, _ := strconv.Atoi(strings.Trim(f[len(f)-1], `"`))
+					named += k
+				}
+				continue
+			}
+			if strings.Contains(w, "did not take part") {
+				named++
+			}
+		}
+	}
+	return samples, size, named, nil
+}
+
+// pagedList reads the fan-out LIST page by page, as kubectl --chunk-size does, and checks
+// that it returns want items.
+func pagedList(ctx context.Context, c *http.Client, u string, limit int64, want int) (time.Duration, int, error) {
+	start := time.Now()
+	cont, items, pages := "", 0, 0
+	for {
+		q := url.Values{"limit": {strconv.FormatInt(limit, 10)}}
+		if cont != "" {
+			q.Set("continue", cont)
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u+"?"+q.Encode(), nil)
+		if err != nil {
+			return 0, 0, err
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			return 0, 0, err
+		}
+		var l struct {
+			Metadata metav1.ListMeta   `json:"metadata"`
+			Items    []json.RawMessage `json:"items"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&l)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			return 0, 0, fmt.Errorf("paged fan-out LIST, page %d: %d, %v", pages, resp.StatusCode, err)
+		}
+		pages++
+		items += len(l.Items)
+		if cont = l.Metadata.Continue; cont == "" {
+			break
+		}
+	}
+	if items != want {
+		return 0, 0, fmt.Errorf("paged fan-out LIST: %d items, want %d", items, want)
+	}
+	return time.Since(start), pages, nil
 }
 
 // countItems LISTs url and counts its items.
