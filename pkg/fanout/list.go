@@ -436,7 +436,7 @@ func (f *fanout) streamMember(ctx context.Context, sm *streamMember, q listQuery
 	defer cancelStart()
 	var meta listMeta
 	ready := func() {
-		sm.ready.Do(func() { sm.meta = meta; progress.move(sm, stateReadyHolding) })
+		sm.ready.Do(func() { progress.move(sm, stateReadyHolding) })
 	}
 	defer progress.move(sm, stateDone)
 	fail := func(err *memberError) {
@@ -482,6 +482,9 @@ func (f *fanout) streamMember(ctx context.Context, sm *streamMember, q listQuery
 		return
 	}
 	meta.from(lr, resp.Header.Get("Content-Type"))
+	// Before the first chunk: a member that begins after the answer did hands its chunks to
+	// the writer, which checks their kind, before it is ready.
+	sm.meta = meta
 	ed := &editor{mount: sm.name}
 	var chunk []byte
 	send := func() bool {
