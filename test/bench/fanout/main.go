@@ -84,7 +84,7 @@ func loadavg() string {
 	return strings.Join(f[:3], " ")
 }
 
-func run(nMounts, nTargets, nObjects, rounds, eventRate int, watchFor, memberTimeout time.Duration) error {
+func run(nMounts, nTargets, nObjects, rounds, eventRate int, watchFor, memberTimeout time.Duration) (err error) {
 	ctx := klog.NewContext(context.Background(), klog.Background())
 	fmt.Printf("load average at start: %s (2 cores)\n", loadavg())
 	dir, err := os.MkdirTemp("", "fanout-bench-")
@@ -142,6 +142,11 @@ func run(nMounts, nTargets, nObjects, rounds, eventRate int, watchFor, memberTim
 		return err
 	}
 	defer hub.Stop()
+	defer func() {
+		if err != nil {
+			printFanoutLog(filepath.Join(dir, "mount-apiserver.log"))
+		}
+	}()
 	core, err := kubernetes.NewForConfig(hub.Config)
 	if err != nil {
 		return err
@@ -571,6 +576,24 @@ func watchDelays(ctx context.Context, cfg *rest.Config, ns string) (<-chan []tim
 		out <- delays
 	}()
 	return out, started, nil
+}
+
+// printFanoutLog prints what the hub's log says of fan-out members, after a failure.
+func printFanoutLog(path string) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return
+	}
+	var lines []string
+	for _, l := range strings.Split(string(data), "\n") {
+		if strings.Contains(l, "fan-out") {
+			lines = append(lines, l)
+		}
+	}
+	fmt.Fprintln(os.Stderr, "the hub's log of fan-outs:")
+	for _, l := range lines[max(len(lines)-20, 0):] {
+		fmt.Fprintln(os.Stderr, l)
+	}
 }
 
 // blackHole accepts connections and never answers.
