@@ -14,7 +14,7 @@
 //
 // Run it when the machine is quiet; it prints the load average before and after.
 //
-//	go run ./test/bench/fanout [-mounts 100] [-targets 4] [-objects 100000] [-rounds 5] [-events 100] [-member-timeout 10s] [-page-limit 500]
+//	go run ./test/bench/fanout [-mounts 100] [-targets 4] [-objects 100000] [-rounds 5] [-events 100] [-member-timeout 10s] [-page-limit 500] [-request-timeout 5m]
 package main
 
 import (
@@ -61,6 +61,7 @@ func main() {
 	events := flag.Int("events", 100, "events per second the merged watch delivers")
 	watchFor := flag.Duration("watch", 30*time.Second, "how long each watch measurement runs")
 	memberTimeout := flag.Duration("member-timeout", 10*time.Second, "the hub's --fanout-member-timeout (its default)")
+	flag.DurationVar(&requestTimeout, "request-timeout", 5*time.Minute, "the hub's --request-timeout")
 	flag.Int64Var(&pageLimit, "page-limit", 500, "limit of the paged fan-out LIST measured once (kubectl's --chunk-size); 0: none")
 	flag.StringVar(&cpuProfile, "cpuprofile", "", "write the hub's CPU profile over 10 s of fan-out LISTs to this file")
 	flag.Parse()
@@ -71,8 +72,9 @@ func main() {
 }
 
 var (
-	cpuProfile string
-	pageLimit  int64
+	cpuProfile     string
+	pageLimit      int64
+	requestTimeout time.Duration
 )
 
 func loadavg() string {
@@ -137,7 +139,9 @@ func run(nMounts, nTargets, nObjects, rounds, eventRate int, watchFor, memberTim
 	if err != nil {
 		return err
 	}
-	hub, pid, err := framework.StartProcess(ctx, bin, filepath.Join(dir, "hub"), "--status-controller=false", "--fanout-member-timeout="+memberTimeout.String())
+	// --request-timeout: on a loaded machine an unpaged LIST of 100,000 objects may take longer
+	// than the default minute, which would cut it off (as kube-apiserver cuts its own LISTs).
+	hub, pid, err := framework.StartProcess(ctx, bin, filepath.Join(dir, "hub"), "--status-controller=false", "--fanout-member-timeout="+memberTimeout.String(), "--request-timeout="+requestTimeout.String())
 	if err != nil {
 		return err
 	}
