@@ -590,11 +590,11 @@ func printFanoutLog(path string) {
 	}
 	var lines []string
 	for _, l := range strings.Split(string(data), "\n") {
-		if strings.Contains(l, "fan-out") {
+		if strings.Contains(l, "fan-out") || strings.Contains(l, "panic") || strings.Contains(l, "timeout") || strings.Contains(l, "Timeout") {
 			lines = append(lines, l)
 		}
 	}
-	fmt.Fprintln(os.Stderr, "the hub's log of fan-outs:")
+	fmt.Fprintln(os.Stderr, "the hub's log of fan-outs, panics and timeouts:")
 	for _, l := range lines[max(len(lines)-20, 0):] {
 		fmt.Fprintln(os.Stderr, l)
 	}
