@@ -9,6 +9,7 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
@@ -26,6 +27,7 @@ import (
 	"github.com/kcp-dev/mount-apiserver/pkg/clusters"
 	"github.com/kcp-dev/mount-apiserver/pkg/controller/agentconnected"
 	"github.com/kcp-dev/mount-apiserver/pkg/embeddedetcd"
+	"github.com/kcp-dev/mount-apiserver/pkg/fanout"
 	clientset "github.com/kcp-dev/mount-apiserver/pkg/generated/clientset/versioned"
 	"github.com/kcp-dev/mount-apiserver/pkg/kcp"
 	"github.com/kcp-dev/mount-apiserver/pkg/proxy"
@@ -71,6 +73,14 @@ type ExtraConfig struct {
 	TunnelPeers *TunnelPeersConfig
 	// AdmissionRelay, if set, serves the webhooks registered through renaming mounts.
 	AdmissionRelay *AdmissionRelayConfig
+	// FanOut configures mounts/*/proxy.
+	FanOut FanOutConfig
+}
+
+// FanOutConfig configures mounts/*/proxy, one request across many mounts (pkg/fanout).
+type FanOutConfig struct {
+	// MemberTimeout bounds each member's answer; 0 is fanout.DefaultMemberTimeout.
+	MemberTimeout time.Duration
 }
 
 // TunnelConfig configures the reverse tunnels of agents.
@@ -145,8 +155,17 @@ func (c CompletedConfig) New() (*Server, error) {
 			Interval: c.Extra.Tunnel.AuthorizationInterval}
 		attach = attacher.Handler
 	}
+	fan := &fanout.Server{
+		Transport:       proxier.RoundTripper,
+		Authorizer:      c.Generic.Authorization.Authorizer,
+		MemberTimeout:   c.Extra.FanOut.MemberTimeout,
+		MinWatchTimeout: time.Duration(c.Generic.MinRequestTimeout) * time.Second,
+	}
 	storage, err := mountsregistry.NewStorage(Scheme, c.Generic.RESTOptionsGetter, mountsregistry.StorageOptions{
-		Proxy:  proxier.Handler,
+		Proxy: proxier.Handler,
+		FanOut: func(ctx context.Context, list func(context.Context, labels.Selector) ([]*mounts.Mount, error), inner string) (http.Handler, error) {
+			return fan.Handler(ctx, list, inner)
+		},
 		Attach: attach,
 		AfterDelete: func(m *mounts.Mount) {
 			forgetMount(proxier, sessions, kcp.ClusterOf(m), m.Name, m.UID)

@@ -9,6 +9,7 @@ import (
 	genericfilters "k8s.io/apiserver/pkg/server/filters"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
+	"github.com/kcp-dev/mount-apiserver/pkg/fanout"
 	"github.com/kcp-dev/mount-apiserver/pkg/proxy"
 )
 
@@ -29,6 +30,10 @@ func LongRunning() genericapirequest.LongRunningRequestCheck {
 			inner := ""
 			if len(info.Parts) > 3 {
 				inner = strings.Join(info.Parts[3:], "/")
+			}
+			if info.Name == fanout.Name {
+				// mounts/*/proxy/labels/<selector>/<path>: the members are asked <path>.
+				inner = fanout.KubePath(inner)
 			}
 			return proxy.IsLongRunning(r, inner)
 		}

@@ -192,7 +192,10 @@ var docExpectations = map[string][]string{
 		"prod   URL", // listed after the restore
 	},
 	"docs/troubleshooting.md standalone": {"CredentialsResolved\tFalse\tSecretNotFound", "mount.mounts.kcp.io/prod condition met"},
-	"docs/firewall.md aggregated":        {"deployment.apps/mount-agent created", "mount.mounts.kcp.io/prod condition met", "kube-system"},
+	"docs/fanout.md standalone": {
+		"mount.mounts.kcp.io/eu condition met", "configmap/eu:hello", "configmap/us:hello",
+	},
+	"docs/firewall.md aggregated": {"deployment.apps/mount-agent created", "mount.mounts.kcp.io/prod condition met", "kube-system"},
 }
 
 // runDocBlocks runs blocks (of one page, in one mode) in one bash session (errexit, nounset,

@@ -2,11 +2,14 @@ package mounts
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"sync/atomic"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/storage"
@@ -133,4 +136,29 @@ func (r mountReader) quorum(ctx context.Context, name string) (*mounts.Mount, er
 		return nil, err
 	}
 	return obj.(*mounts.Mount), nil
+}
+
+// list returns the Mounts of the request's cluster that selector selects, as get reads one:
+// every acknowledged write is seen (a deleted Mount is not fanned out to).
+func (r mountReader) list(ctx context.Context, selector labels.Selector) ([]*mounts.Mount, error) {
+	opts := &metainternalversion.ListOptions{LabelSelector: selector}
+	if r.fence != nil && !r.fence.stale.Load() {
+		if rv := r.fence.rv.Load(); rv > 0 {
+			opts.ResourceVersion = strconv.FormatUint(rv, 10)
+			opts.ResourceVersionMatch = metav1.ResourceVersionMatchNotOlderThan
+		}
+	}
+	obj, err := r.store.List(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	list, ok := obj.(*mounts.MountList)
+	if !ok {
+		return nil, fmt.Errorf("listing mounts gave a %T", obj)
+	}
+	out := make([]*mounts.Mount, len(list.Items))
+	for i := range list.Items {
+		out[i] = &list.Items[i]
+	}
+	return out, nil
 }

@@ -5,21 +5,34 @@ import (
 	"fmt"
 	"net/http"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
+
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/registry/rest"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
+	"github.com/kcp-dev/mount-apiserver/pkg/clusters"
 )
 
 // ProxyHandlerFunc builds the handler of one proxied request to a Mount. m may be shared with
 // the watch cache: read it, never change it.
 type ProxyHandlerFunc func(ctx context.Context, m *mounts.Mount, innerPath string) (http.Handler, error)
 
+// FanOutName is the mount name of the fan-out, mounts/*/proxy (pkg/fanout).
+const FanOutName = "*"
+
+// FanOutHandlerFunc builds the handler of one request to mounts/*/proxy: list lists the Mounts
+// of the request's cluster that a selector selects, each read as a single proxied request
+// reads its Mount.
+type FanOutHandlerFunc func(ctx context.Context, list func(context.Context, labels.Selector) ([]*mounts.Mount, error), innerPath string) (http.Handler, error)
+
 // ProxyREST is the mounts/<name>/proxy[/<path>] subresource: it forwards any request to the
-// Mount's target.
+// Mount's target, and mounts/*/proxy to many (FanOutHandlerFunc).
 type ProxyREST struct {
 	mounts  mountReader
 	handler ProxyHandlerFunc
+	fanOut  FanOutHandlerFunc
 }
 
 var (
@@ -57,6 +70,15 @@ func (r *ProxyREST) Connect(ctx context.Context, name string, opts runtime.Objec
 	proxyOpts, ok := opts.(*mounts.MountProxyOptions)
 	if !ok {
 		return nil, fmt.Errorf("invalid options object: %#v", opts)
+	}
+	if name == FanOutName {
+		if r.fanOut == nil {
+			return nil, apierrors.NewNotFound(mounts.Resource("mounts"), name)
+		}
+		if clusters.From(ctx) == clusters.Wildcard {
+			return nil, apierrors.NewBadRequest("mounts/*/proxy reaches the mounts of one logical cluster: name it (/clusters/<name>/...)")
+		}
+		return r.fanOut(ctx, r.mounts.list, proxyOpts.Path)
 	}
 	m, err := r.mounts.get(ctx, name)
 	if err != nil {

@@ -55,6 +55,8 @@ type Storage struct {
 type StorageOptions struct {
 	// Proxy serves mounts/proxy.
 	Proxy ProxyHandlerFunc
+	// FanOut, if set, serves mounts/*/proxy.
+	FanOut FanOutHandlerFunc
 	// Attach, if set, serves mounts/attach.
 	Attach AttachHandlerFunc
 	// AfterDelete, if set, learns of every deleted Mount.
@@ -112,7 +114,7 @@ func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, o 
 	statusStore.UpdateStrategy = statusStrategy
 	statusStore.ResetFieldsStrategy = statusStrategy
 
-	storage := &Storage{Mount: &REST{store}, Status: &StatusREST{store: &statusStore}, Proxy: &ProxyREST{mounts: reader, handler: o.Proxy}}
+	storage := &Storage{Mount: &REST{store}, Status: &StatusREST{store: &statusStore}, Proxy: &ProxyREST{mounts: reader, handler: o.Proxy, fanOut: o.FanOut}}
 	if o.Attach != nil {
 		storage.Attach = &AttachREST{mounts: reader, handler: o.Attach}
 	}

@@ -294,6 +294,19 @@ func (k *KubeAPIServer) RestartAfter(ctx context.Context, pause time.Duration) (
 	return stopped, time.Since(start) - stopped, nil
 }
 
+// Down stops kube-apiserver (SIGTERM) and leaves it down, its etcd running, until Up: a
+// target that goes down in the middle of a test.
+func (k *KubeAPIServer) Down() { k.stopProcess() }
+
+// Up starts a kube-apiserver stopped with Down again, on the same port, certificates and
+// etcd, and waits until it is ready.
+func (k *KubeAPIServer) Up(ctx context.Context) error {
+	if err := k.startProcess(); err != nil {
+		return err
+	}
+	return k.waitReady(ctx)
+}
+
 func (k *KubeAPIServer) waitReady(ctx context.Context) error {
 	client, err := rest.HTTPClientFor(k.AdminConfig)
 	if err != nil {

@@ -148,6 +148,7 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 	if o.RewriteDocumentMemoryBudget > 0 {
 		cfg.Extra.Proxier.RewriteBudget = rewrite.NewBudget(o.RewriteDocumentMemoryBudget, rewrite.DefaultBudgetWait)
 	}
+	cfg.Extra.FanOut = mountapiserver.FanOutConfig{MemberTimeout: o.FanOutMemberTimeout}
 	sessions := tunnel.NewSessions(tunnel.DefaultMetrics(), o.Tunnel.Limits())
 	cfg.Extra.Proxier.Tunnels = sessions
 	cfg.Extra.Tunnel = mountapiserver.TunnelConfig{Sessions: sessions, AuthorizationInterval: o.Tunnel.AuthorizationInterval, ReplicaName: o.Tunnel.ReplicaName}

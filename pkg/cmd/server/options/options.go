@@ -22,6 +22,7 @@ import (
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
 	"github.com/kcp-dev/mount-apiserver/pkg/apiserver"
+	"github.com/kcp-dev/mount-apiserver/pkg/fanout"
 	"github.com/kcp-dev/mount-apiserver/pkg/proxy"
 	"github.com/kcp-dev/mount-apiserver/pkg/targetpolicy"
 	"github.com/kcp-dev/mount-apiserver/pkg/tunnel/peers"
@@ -81,6 +82,8 @@ type Options struct {
 	// RewriteDocumentMemoryBudget bounds, in bytes, the memory that renaming mounts' rewrites
 	// of whole discovery and OpenAPI documents hold at once (0: each document's own bound only).
 	RewriteDocumentMemoryBudget int64
+	// FanOutMemberTimeout bounds each mount's answer to a request across mounts (mounts/*/proxy).
+	FanOutMemberTimeout time.Duration
 	// KcpMode serves cluster-aware paths, /clusters/<logical-cluster>/... and /clusters/*/...
 	KcpMode bool
 	// Kcp says how to meet kcp in kcp mode.
@@ -149,6 +152,7 @@ func NewOptions() *Options {
 		ProxyMaxHops:                proxy.DefaultMaxHops,
 		ProxyMaxUpgrades:            DefaultProxyMaxUpgrades,
 		RewriteDocumentMemoryBudget: DefaultRewriteDocumentMemoryBudget,
+		FanOutMemberTimeout:         fanout.DefaultMemberTimeout,
 		StatusProbeInterval:         30 * time.Second,
 		StatusWorkers:               16,
 		StatusController:            true,
@@ -205,6 +209,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 		"How many upgraded sessions (exec, attach, port-forward through mounts) may be open at once; one more is refused with 429 until one ends. 0: no bound. Each holds two connections, four goroutines and up to 250 KB.")
 	fs.Int64Var(&o.RewriteDocumentMemoryBudget, "rewrite-document-memory-budget", o.RewriteDocumentMemoryBudget,
 		"Bytes of memory that renaming mounts (spec.rewrites) may hold at once, server-wide, to rewrite discovery and OpenAPI documents, which are read whole (each at most 64 MiB, held twice while it is read). A request that finds no room waits up to 5s, then is answered 503 with Retry-After; a document that needs more than the whole budget is answered 502. 0: no budget, only each document's bound.")
+	fs.DurationVar(&o.FanOutMemberTimeout, "fanout-member-timeout", o.FanOutMemberTimeout,
+		"How long each mount may take to answer a request across mounts (mounts/*/proxy): a list whole, a watch its start. A mount slower than this is left out and named in a Warning; the others answer within it.")
 	fs.BoolVar(&o.KcpMode, "kcp-mode", o.KcpMode,
 		"Serve cluster-aware paths as kcp's APIExport virtual storage forwards them: /clusters/<logical-cluster>/apis/mounts.kcp.io/... for every verb, and /clusters/*/... to list and watch across logical clusters. See docs/kcp-mode.md.")
 	fs.StringSliceVar(&o.ProxyAllowedTargets, "proxy-allowed-targets", o.ProxyAllowedTargets,
@@ -343,6 +349,9 @@ func (o CompletedOptions) Validate() error {
 	}
 	if o.RewriteDocumentMemoryBudget < 0 {
 		errs = append(errs, errors.New("--rewrite-document-memory-budget must not be negative"))
+	}
+	if o.FanOutMemberTimeout <= 0 {
+		errs = append(errs, errors.New("--fanout-member-timeout must be positive"))
 	}
 	if o.ProxyMaxHops < 1 {
 		errs = append(errs, errors.New("--proxy-max-hops must be at least 1"))
