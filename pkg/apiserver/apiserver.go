@@ -79,6 +79,8 @@ type TunnelConfig struct {
 	Sessions *tunnel.Sessions
 	// AuthorizationInterval is how often an attached agent's permission is checked again.
 	AuthorizationInterval time.Duration
+	// AuthorizationLimiter, if set, spaces those checks over all sessions (tunnel.Attacher.Limiter).
+	AuthorizationLimiter tunnel.RecheckLimiter
 	// ReplicaName names this replica in the AgentConnected condition.
 	ReplicaName string
 	// ServiceAccounts, if set, are the host's, whose agents keep their sessions only while
@@ -142,7 +144,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	if sessions != nil {
 		attacher := &tunnel.Attacher{Sessions: sessions, Authorizer: c.Generic.Authorization.Authorizer,
 			Authenticator: c.Generic.Authentication.Authenticator, ServiceAccounts: c.Extra.Tunnel.ServiceAccounts,
-			Interval: c.Extra.Tunnel.AuthorizationInterval}
+			Interval: c.Extra.Tunnel.AuthorizationInterval, Limiter: c.Extra.Tunnel.AuthorizationLimiter}
 		attach = attacher.Handler
 	}
 	storage, err := mountsregistry.NewStorage(Scheme, c.Generic.RESTOptionsGetter, mountsregistry.StorageOptions{
