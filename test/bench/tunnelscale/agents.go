@@ -120,30 +120,35 @@ func runAgents(args []string) error {
 	return in.Err()
 }
 
-// add starts the agent of mount, attaching with token.
+// add starts the agent of mount, attaching with token; with -sessions-per-agent 2, two
+// agents of mount (two sessions, as one agent holding two would): through the forwarder's
+// round robin they attach to different replicas.
 func (s *simulator) add(mount, token string) error {
 	hub := &rest.Config{Host: s.hub, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAData: s.ca}}
 	attach, err := agent.AttachURL(s.hub, "", mount)
 	if err != nil {
 		return err
 	}
-	a, err := agent.New(&agent.Config{Hub: hub, AttachURL: attach, Mount: mount, Target: s.target, MaxBackoff: s.maxBackoff,
-		OnSession: func() { s.started.Add(1) }})
-	if err != nil {
-		return err
+	for range max(s.sessions, 1) {
+		a, err := agent.New(&agent.Config{Hub: hub, AttachURL: attach, Mount: mount, Target: s.target, MaxBackoff: s.maxBackoff,
+			OnSession: func() { s.started.Add(1) }})
+		if err != nil {
+			return err
+		}
+		s.mu.Lock()
+		s.agents = append(s.agents, a)
+		s.mu.Unlock()
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			_ = a.Run(s.ctx)
+		}()
 	}
-	s.mu.Lock()
-	s.agents = append(s.agents, a)
-	s.mu.Unlock()
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		_ = a.Run(s.ctx)
-	}()
 	return nil
 }
 
-// status is the number of agents and of those with a session up.
+// status is the number of agents and of those with a session up (sessions, with
+// -sessions-per-agent 2).
 func (s *simulator) status() (int, int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

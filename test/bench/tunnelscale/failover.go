@@ -35,27 +35,9 @@ func (b *bench) failoverRun(ctx context.Context, n int) error {
 		return fmt.Errorf("no agent is reported on replica 2")
 	}
 	var survivors []*hubProcess
-	var clients []*http.Client
 	for i, h := range b.hubs {
-		if i == 1 {
-			continue
-		}
-		c, err := measure.Client(h.config(b.bencher))
-		if err != nil {
-			return err
-		}
-		c.Timeout = 10 * time.Second
-		survivors, clients = append(survivors, h), append(clients, c)
-	}
-	// Every (mount, remaining replica) pair must answer once.
-	type pair struct {
-		mount   string
-		replica int
-	}
-	pending := map[pair]bool{}
-	for _, m := range moved {
-		for r := range survivors {
-			pending[pair{m, r}] = true
+		if i != 1 {
+			survivors = append(survivors, h)
 		}
 	}
 	before, err := hostCalls(b.hostClient, b.host.URL)
@@ -71,28 +53,74 @@ func (b *bench) failoverRun(ctx context.Context, n int) error {
 		victim.kill()
 		fmt.Printf("replica 2 killed (SIGKILL) holding %d sessions (load average %s)\n", len(moved), loadAverage())
 	}
-	codes := map[string]int{}
-	var mu sync.Mutex
-	var lastOK time.Duration
 	var allAttached time.Duration
-	deadline := time.Now().Add(5 * time.Minute)
-	for len(pending) > 0 {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("after 5 minutes %d (mount, replica) pairs still fail; answers %v", len(pending), codes)
-		}
+	lastOK, codes, err := b.reach(survivors, moved, failed, 5*time.Minute, func() {
 		if allAttached == 0 {
 			if _, connected, _ := b.agents.status(); connected >= n*b.c.sessions {
 				allAttached = time.Since(failed)
 			}
 		}
+	})
+	if err != nil {
+		return err
+	}
+	after, err := hostCalls(b.hostClient, b.host.URL)
+	if err != nil {
+		return err
+	}
+	if allAttached > 0 {
+		fmt.Printf("every agent attached again (the agents' count) %v after the failure\n", allAttached.Round(100*time.Millisecond))
+	}
+	fmt.Printf("a GET through each remaining replica reaches every agent of replica 2 again %v after the failure (answers meanwhile: %v)\n", lastOK.Round(100*time.Millisecond), codes)
+	fmt.Printf("host API calls meanwhile: %s\n", rates(before, after, time.Since(failed)))
+	if b.c.failover == "stop" {
+		_ = victim.cmd.Process.Signal(syscall.SIGCONT)
+	}
+	return nil
+}
+
+// reach sends GETs through every replica of via to every mount of mounts until each
+// (mount, replica) pair answered 200 once, and returns when the last did after since, with the
+// answers meanwhile by code. each runs between rounds.
+func (b *bench) reach(via []*hubProcess, mounts []string, since time.Time, timeout time.Duration, each func()) (time.Duration, map[string]int, error) {
+	var clients []*http.Client
+	for _, h := range via {
+		c, err := measure.Client(h.config(b.bencher))
+		if err != nil {
+			return 0, nil, err
+		}
+		c.Timeout = 10 * time.Second
+		clients = append(clients, c)
+	}
+	type pair struct {
+		mount   string
+		replica int
+	}
+	pending := map[pair]bool{}
+	for _, m := range mounts {
+		for r := range via {
+			pending[pair{m, r}] = true
+		}
+	}
+	codes := map[string]int{}
+	var mu sync.Mutex
+	var lastOK time.Duration
+	deadline := time.Now().Add(timeout)
+	for len(pending) > 0 {
+		if time.Now().After(deadline) {
+			return 0, codes, fmt.Errorf("after %v %d (mount, replica) pairs still fail; answers %v", timeout, len(pending), codes)
+		}
+		if each != nil {
+			each()
+		}
 		work := make(chan pair)
 		var wg sync.WaitGroup
-		for range 64 {
+		for range 32 {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				for p := range work {
-					url := survivors[p.replica].url() + "/apis/mounts.kcp.io/v1alpha1/mounts/" + p.mount + "/proxy/version"
+					url := via[p.replica].url() + "/apis/mounts.kcp.io/v1alpha1/mounts/" + p.mount + "/proxy/version"
 					code := "error"
 					if resp, err := clients[p.replica].Get(url); err == nil {
 						_, _ = io.Copy(io.Discard, resp.Body)
@@ -103,7 +131,7 @@ func (b *bench) failoverRun(ctx context.Context, n int) error {
 					codes[code]++
 					if code == "200" {
 						delete(pending, p)
-						lastOK = time.Since(failed)
+						lastOK = time.Since(since)
 					}
 					mu.Unlock()
 				}
@@ -124,17 +152,5 @@ func (b *bench) failoverRun(ctx context.Context, n int) error {
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
-	after, err := hostCalls(b.hostClient, b.host.URL)
-	if err != nil {
-		return err
-	}
-	if allAttached > 0 {
-		fmt.Printf("every agent attached again (the agents' count) %v after the failure\n", allAttached.Round(100*time.Millisecond))
-	}
-	fmt.Printf("a GET through each remaining replica reaches every agent of replica 2 again %v after the failure (answers meanwhile: %v)\n", lastOK.Round(100*time.Millisecond), codes)
-	fmt.Printf("host API calls meanwhile: %s\n", rates(before, after, time.Since(failed)))
-	if b.c.failover == "stop" {
-		_ = victim.cmd.Process.Signal(syscall.SIGCONT)
-	}
-	return nil
+	return lastOK, codes, nil
 }

@@ -140,7 +140,8 @@ func (f *fleet) create(ctx context.Context, i int) (string, error) {
 	return tr.Status.Token, nil
 }
 
-// readiness counts the Mounts that are Ready with an agent reported connected since since, and
+// readiness counts the Mounts that are Ready with an agent reported connected (since since, if
+// not zero), and
 // lists the Mounts with an agent reported connected since then by the condition's message
 // (which names the replica).
 func (f *fleet) readiness(ctx context.Context, since time.Time) (ready int, byReplica map[string][]string, err error) {
@@ -154,7 +155,7 @@ func (f *fleet) readiness(ctx context.Context, since time.Time) (ready int, byRe
 		for i := range list.Items {
 			m := &list.Items[i]
 			c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.ConditionAgentConnected)
-			if c == nil || c.Status != metav1.ConditionTrue || c.LastTransitionTime.Time.Before(since.Truncate(time.Second)) {
+			if c == nil || c.Status != metav1.ConditionTrue || (!since.IsZero() && c.LastTransitionTime.Time.Before(since.Truncate(time.Second))) {
 				continue
 			}
 			byReplica[c.Message] = append(byReplica[c.Message], m.Name)

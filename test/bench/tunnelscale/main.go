@@ -36,6 +36,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -382,7 +383,7 @@ func (b *bench) measure(ctx context.Context) error {
 				return err
 			}
 		}
-		if err := b.waitAttached(ctx, n, attachStart, 15*time.Minute); err != nil {
+		if err := b.waitAttached(ctx, n, time.Time{}, 15*time.Minute); err != nil {
 			return err
 		}
 		fmt.Printf("all %d agents attached and their Mounts Ready %v after the new agents started\n", n, time.Since(attachStart).Round(100*time.Millisecond))
@@ -423,14 +424,14 @@ func (b *bench) measure(ctx context.Context) error {
 	return nil
 }
 
-// waitAttached waits until the agents say n are attached and n Mounts are Ready with an agent
-// reported connected since since.
+// waitAttached waits until the agents say the sessions of n Mounts are up and n Mounts are
+// Ready with an agent reported connected (since since, if not zero).
 func (b *bench) waitAttached(ctx context.Context, n int, since time.Time, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	var connected, ready int
 	for time.Now().Before(deadline) {
 		_, connected, _ = b.agents.status()
-		if connected >= n {
+		if connected >= n*b.c.sessions {
 			var err error
 			if ready, _, err = b.fleet.readiness(ctx, since); err == nil && ready >= n {
 				return nil
@@ -438,7 +439,7 @@ func (b *bench) waitAttached(ctx context.Context, n int, since time.Time, timeou
 		}
 		time.Sleep(time.Second)
 	}
-	return fmt.Errorf("after %v: %d of %d agents attached, %d Mounts Ready", timeout, connected, n, ready)
+	return fmt.Errorf("after %v: %d of %d sessions up, %d Mounts Ready", timeout, connected, n*b.c.sessions, ready)
 }
 
 // idle measures every replica at rest with n sessions.
@@ -528,28 +529,54 @@ func (b *bench) stormRestart(ctx context.Context, n int) error {
 	}
 	readyAt := time.Since(killed)
 	fmt.Printf("mount-apiserver ready again %v after the kill\n", readyAt.Round(100*time.Millisecond))
-	var allAttached time.Duration
-	var peakRSS int
-	deadline := time.Now().Add(10 * time.Minute)
-	lastCheck := time.Time{}
-	for {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not recovered 10 minutes after the kill")
-		}
-		peakRSS = max(peakRSS, readMemory(h.pid()).rss)
-		_, connected, _ := b.agents.status()
-		if allAttached == 0 && connected >= n {
-			allAttached = time.Since(killed)
-			fmt.Printf("all %d agents attached again %v after the kill\n", n, allAttached.Round(100*time.Millisecond))
-		}
-		if allAttached > 0 && time.Since(lastCheck) > 2*time.Second {
-			lastCheck = time.Now()
-			ready, _, err := b.fleet.readiness(ctx, killed)
-			if err == nil && ready >= n {
-				break
+	// The peak RSS of the new process, sampled while it recovers.
+	var peakRSS atomic.Int64
+	sampling := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			if m := readMemory(h.pid()); int64(m.rss) > peakRSS.Load() {
+				peakRSS.Store(int64(m.rss))
+			}
+			select {
+			case <-sampling:
+				return
+			case <-time.After(200 * time.Millisecond):
 			}
 		}
+	}()
+	defer func() { close(sampling); <-sampled }()
+	var allAttached time.Duration
+	for allAttached == 0 {
+		if time.Since(killed) > 10*time.Minute {
+			return fmt.Errorf("not all agents attached 10 minutes after the kill")
+		}
+		if _, connected, _ := b.agents.status(); connected >= n*b.c.sessions {
+			allAttached = time.Since(killed)
+			fmt.Printf("all %d sessions up again %v after the kill (the agents' count)\n", n*b.c.sessions, allAttached.Round(100*time.Millisecond))
+		}
 		time.Sleep(200 * time.Millisecond)
+	}
+	// Up as the agents see it is not served as the hub sees it: a GET through every tunnel.
+	names := make([]string, n)
+	for i := range names {
+		names[i] = agentName(i)
+	}
+	reached, codes, err := b.reach(b.hubs[:1], names, killed, 10*time.Minute, nil)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("a GET through every one of the %d tunnels answered 200 %v after the kill (answers meanwhile: %v)\n", n, reached.Round(100*time.Millisecond), codes)
+	for {
+		if time.Since(killed) > 15*time.Minute {
+			return fmt.Errorf("not all Mounts Ready 15 minutes after the kill")
+		}
+		ready, _, err := b.fleet.readiness(ctx, time.Time{})
+		if err == nil && ready >= n {
+			break
+		}
+		time.Sleep(time.Second)
 	}
 	recovered := time.Since(killed)
 	after, err := hostCalls(b.hostClient, b.host.URL)
@@ -558,8 +585,8 @@ func (b *bench) stormRestart(ctx context.Context, n int) error {
 	}
 	_, _, started1 := b.agents.status()
 	m := readMemory(h.pid())
-	fmt.Printf("all %d Mounts Ready (an agent reported connected after the kill) %v after the kill; sessions started meanwhile %d\n", n, recovered.Round(100*time.Millisecond), started1-started0)
-	fmt.Printf("mount-apiserver RSS: peak %.0f MiB (VmHWM of the new process), now %.0f MiB\n", mib(max(peakRSS, m.hwm)), mib(m.rss))
+	fmt.Printf("all %d Mounts Ready with an agent connected %v after the kill; sessions started meanwhile %d (%.2f per agent)\n", n, recovered.Round(100*time.Millisecond), started1-started0, float64(started1-started0)/float64(n*b.c.sessions))
+	fmt.Printf("mount-apiserver RSS: peak %.0f MiB (VmHWM of the new process), now %.0f MiB\n", mib(max(int(peakRSS.Load()), m.hwm)), mib(m.rss))
 	fmt.Printf("host API calls from the kill to recovery (%v): %s\n", recovered.Round(time.Second), rates(before, after, recovered))
 	fmt.Print(logSummary(h.logPath, logOffset))
 	return nil
