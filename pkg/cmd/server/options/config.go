@@ -152,6 +152,7 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 	sessions := tunnel.NewSessions(tunnel.DefaultMetrics(), o.Tunnel.Limits())
 	cfg.Extra.Proxier.Tunnels = sessions
 	cfg.Extra.Tunnel = mountapiserver.TunnelConfig{Sessions: sessions, AuthorizationInterval: o.Tunnel.AuthorizationInterval, ReplicaName: o.Tunnel.ReplicaName,
+		MaxAttaching:         o.Tunnel.MaxAttaching,
 		AuthorizationLimiter: flowcontrol.NewTokenBucketRateLimiter(o.Tunnel.AuthorizationQPS, max(1, int(o.Tunnel.AuthorizationQPS)))}
 	if err := o.applyKcpWorkspaces(cfg.Extra.Proxier); err != nil {
 		return nil, err

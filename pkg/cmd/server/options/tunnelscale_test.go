@@ -33,3 +33,26 @@ func TestTunnelAuthorizationQPS(t *testing.T) {
 		}
 	}
 }
+
+// TestTunnelMaxAttaching: --tunnel-max-attaching (64 by default) reaches the server's
+// configuration; less than 1 is refused.
+func TestTunnelMaxAttaching(t *testing.T) {
+	fss := NewOptions().Flags()
+	if f := fss.FlagSet("tunnel").Lookup("tunnel-max-attaching"); f == nil || f.DefValue != "64" {
+		t.Fatalf("flag %v", f)
+	}
+	cfg, _ := config(t, func(o *Options) { o.Tunnel.MaxAttaching = 5 })
+	if cfg.Extra.Tunnel.MaxAttaching != 5 {
+		t.Fatalf("MaxAttaching %d", cfg.Extra.Tunnel.MaxAttaching)
+	}
+	cfg.Close()
+	o := NewOptions()
+	o.Tunnel.MaxAttaching = 0
+	completed, err := o.Complete()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := completed.Validate(); err == nil || !strings.Contains(err.Error(), "--tunnel-max-attaching must be at least 1") {
+		t.Fatalf("%v", err)
+	}
+}
