@@ -13,8 +13,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
@@ -78,7 +80,11 @@ func (f *fleet) grow(ctx context.Context, n int) ([]int, error) {
 				if i >= n {
 					return
 				}
-				token, err := f.create(ctx, i)
+				// The host answers timeouts when the machine is loaded: creating is not
+				// what is measured, try again.
+				var token string
+				err := retry.OnError(wait.Backoff{Steps: 6, Duration: time.Second, Factor: 2}, func(err error) bool { return !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) },
+					func() (err error) { token, err = f.create(ctx, i); return err })
 				if err != nil {
 					mu.Lock()
 					if firstErr == nil {
