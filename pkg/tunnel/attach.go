@@ -107,9 +107,13 @@ func (a *Attacher) Handler(ctx context.Context, m *mounts.Mount) (http.Handler, 
 }
 
 // recheck ends the session (cancel) once the agent's credentials no longer authenticate it,
-// or it may no longer attach to the mount. A failing authenticator or authorizer counts as a
-// refusal: an agent keeps a session only while it is known to be allowed, and reconnects
-// (with a fresh check) when it is again.
+// or it may no longer attach to the mount. A check that could not decide (the host did not
+// answer in time) is tried again a quarter interval later; once checks have failed for an
+// interval, the session ends: an agent keeps a session only while it is known to be allowed,
+// and reconnects (with a fresh check) when it is again. Ending sessions on the first timeout
+// turned a loaded host into a reconnect storm that loaded it more (2,000 agents on the
+// 2-core machine: 528 sessions closed on timeouts of TokenReviews and SubjectAccessReviews
+// within two minutes).
 func (a *Attacher) recheck(ctx context.Context, cancel context.CancelFunc, agent user.Info, creds *Credentials, mount Mount) {
 	interval := a.Interval
 	if interval <= 0 {
@@ -119,6 +123,7 @@ func (a *Attacher) recheck(ctx context.Context, cancel context.CancelFunc, agent
 	// storm, attached within seconds, are not checked all in the same seconds ever after.
 	timer := time.NewTimer(interval/2 + rand.N(interval/2+1))
 	defer timer.Stop()
+	var failingSince time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -139,11 +144,22 @@ func (a *Attacher) recheck(ctx context.Context, cancel context.CancelFunc, agent
 			err = a.checkServiceAccount(ctx, now)
 		}
 		if err == nil {
-			err = a.authorize(ctx, now, mount.Name)
+			err = a.authorizeOrUnsure(ctx, now, mount.Name)
 		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return
+			}
+			var u *unsureError
+			if errors.As(err, &u) {
+				if failingSince.IsZero() {
+					failingSince = time.Now()
+				}
+				if time.Since(failingSince) < interval {
+					klog.FromContext(ctx).V(2).Info("A check of an agent session could not decide; trying again", "mount", mount.Label(), "err", err.Error())
+					timer.Reset(interval / 4)
+					continue
+				}
 			}
 			klog.FromContext(ctx).Info("Closing an agent session: the agent may no longer attach", "mount", mount.Label(), "agent", agent.GetName(), "reason", err.Error())
 			cancel()
@@ -151,6 +167,7 @@ func (a *Attacher) recheck(ctx context.Context, cancel context.CancelFunc, agent
 		}
 		// The next check is an interval after this one ended: a limiter that held it back
 		// stretches the period instead of queueing checks.
+		failingSince = time.Time{}
 		timer.Reset(interval)
 	}
 }
@@ -170,16 +187,39 @@ func (a *Attacher) checkServiceAccount(ctx context.Context, agent user.Info) err
 	case apierrors.IsNotFound(err):
 		return fmt.Errorf("the agent's ServiceAccount %s/%s no longer exists", namespace, name)
 	case err != nil:
-		return fmt.Errorf("checking the agent's ServiceAccount %s/%s: %w", namespace, name, err)
+		return &unsureError{fmt.Errorf("checking the agent's ServiceAccount %s/%s: %w", namespace, name, err)}
 	case agent.GetUID() != "" && string(sa.UID) != agent.GetUID():
 		return fmt.Errorf("the agent's ServiceAccount %s/%s was deleted and created again", namespace, name)
 	}
 	return nil
 }
 
+// unsureError is a check that could not decide: the host did not answer, or answered an
+// error. recheck tries it again before it ends a session.
+type unsureError struct{ err error }
+
+func (e *unsureError) Error() string { return e.err.Error() }
+func (e *unsureError) Unwrap() error { return e.err }
+
+// authorizeOrUnsure is authorize with an authorizer's error (no decision) as an unsureError.
+func (a *Attacher) authorizeOrUnsure(ctx context.Context, agent user.Info, name string) error {
+	unsure, err := a.authorizeDecision(ctx, agent, name)
+	if unsure {
+		return &unsureError{err}
+	}
+	return err
+}
+
 func (a *Attacher) authorize(ctx context.Context, agent user.Info, name string) error {
+	_, err := a.authorizeDecision(ctx, agent, name)
+	return err
+}
+
+// authorizeDecision answers nil if agent may attach to the mount name, else a Forbidden
+// error, unsure if the authorizer answered an error instead of a decision.
+func (a *Attacher) authorizeDecision(ctx context.Context, agent user.Info, name string) (unsure bool, err error) {
 	if a.Authorizer == nil {
-		return nil
+		return false, nil
 	}
 	attrs := authorizer.AttributesRecord{
 		User:            agent,
@@ -193,11 +233,11 @@ func (a *Attacher) authorize(ctx context.Context, agent user.Info, name string) 
 	}
 	decision, reason, err := a.Authorizer.Authorize(ctx, attrs)
 	if decision == authorizer.DecisionAllow {
-		return nil
+		return false, nil
 	}
 	if err != nil {
 		reason = err.Error()
 	}
-	return apierrors.NewForbidden(mounts.Resource("mounts/attach"), name,
+	return err != nil, apierrors.NewForbidden(mounts.Resource("mounts/attach"), name,
 		fmt.Errorf("an agent needs verb \"create\" on mounts/attach for this mount: %s", reason))
 }

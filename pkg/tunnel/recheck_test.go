@@ -89,3 +89,43 @@ func TestRechecksWaitForTheLimiter(t *testing.T) {
 		}
 	}
 }
+
+// TestRecheckThatCannotDecideIsTriedAgain: a re-check whose authorizer answers an error (the
+// host did not answer in time) does not end the session at once: it is tried again, and the
+// session lives on if a later check allows it; checks that keep failing for an interval end
+// it. A refusal still ends it at the first check (TestRevokedAgentIsClosed).
+func TestRecheckThatCannotDecideIsTriedAgain(t *testing.T) {
+	const interval = 2 * time.Second
+	h := newHub(t, nil, interval)
+	target := targetServer(t)
+	startAgent(t, h, target.Listener.Addr().String(), nil)
+	waitFor(t, "the session", func() bool { _, ok := h.sessions.Connected(h.key()); return ok })
+	checks := func() int {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.checks
+	}
+	setUnsure := func(unsure bool) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.unsure = unsure
+	}
+	connected := func() bool { _, ok := h.sessions.Connected(h.key()); return ok }
+
+	setUnsure(true)
+	first := checks()
+	// Two checks that could not decide, a quarter interval apart: the session lives on.
+	waitFor(t, "two undecided checks", func() bool { return checks() >= first+2 })
+	if !connected() {
+		t.Fatal("the session ended on checks that could not decide")
+	}
+	setUnsure(false)
+	allowed := checks()
+	waitFor(t, "a check that allows", func() bool { return checks() > allowed })
+	if !connected() {
+		t.Fatal("the session ended")
+	}
+	// Undecided for an interval: the session ends.
+	setUnsure(true)
+	waitFor(t, "the session to end", func() bool { return !connected() })
+}

@@ -41,8 +41,9 @@ type hub struct {
 	mu     sync.Mutex
 	allow  bool
 	events []tunnel.Event
-	// checks counts the authorizer's decisions.
+	// checks counts the authorizer's decisions; unsure makes it answer an error.
 	checks int
+	unsure bool
 }
 
 func newHub(t *testing.T, m *metrics.KubeRegistry, interval time.Duration) *hub {
@@ -71,6 +72,9 @@ func newHubWith(t *testing.T, m *metrics.KubeRegistry, interval time.Duration, l
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		h.checks++
+		if h.unsure {
+			return authorizer.DecisionNoOpinion, "", errors.New("the host did not answer in time")
+		}
 		if h.allow && a.GetVerb() == "create" && a.GetResource() == "mounts" && a.GetSubresource() == "attach" && a.GetName() == h.mount.Name {
 			return authorizer.DecisionAllow, "", nil
 		}
