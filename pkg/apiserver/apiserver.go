@@ -89,6 +89,11 @@ type TunnelConfig struct {
 	Sessions *tunnel.Sessions
 	// AuthorizationInterval is how often an attached agent's permission is checked again.
 	AuthorizationInterval time.Duration
+	// MaxAttaching bounds the attach requests worked on at once (tunnel.LimitAttaching); 0
+	// is tunnel.DefaultMaxAttaching.
+	MaxAttaching int
+	// AuthorizationLimiter, if set, spaces those checks over all sessions (tunnel.Attacher.Limiter).
+	AuthorizationLimiter tunnel.RecheckLimiter
 	// ReplicaName names this replica in the AgentConnected condition.
 	ReplicaName string
 	// ServiceAccounts, if set, are the host's, whose agents keep their sessions only while
@@ -130,6 +135,9 @@ func (c *Config) Close() {
 // New builds the server and installs the mounts.kcp.io API group.
 func (c CompletedConfig) New() (*Server, error) {
 	c.Generic.BuildHandlerChainFunc = carryDryRun(keepAttachCredentials(checkCABundleEncoding(boundYAMLBodies(endLongRunningOnDrain(c.Generic.BuildHandlerChainFunc)))))
+	if c.Extra.Tunnel.Sessions != nil {
+		c.Generic.BuildHandlerChainFunc = limitAttaching(c.Extra.Tunnel.MaxAttaching, c.Generic.BuildHandlerChainFunc)
+	}
 	tp := c.Extra.TunnelPeers
 	if tp != nil && (c.Extra.HostClient == nil || c.Extra.Tunnel.Sessions == nil) {
 		tp = nil
@@ -152,7 +160,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	if sessions != nil {
 		attacher := &tunnel.Attacher{Sessions: sessions, Authorizer: c.Generic.Authorization.Authorizer,
 			Authenticator: c.Generic.Authentication.Authenticator, ServiceAccounts: c.Extra.Tunnel.ServiceAccounts,
-			Interval: c.Extra.Tunnel.AuthorizationInterval}
+			Interval: c.Extra.Tunnel.AuthorizationInterval, Limiter: c.Extra.Tunnel.AuthorizationLimiter}
 		attach = attacher.Handler
 	}
 	fan := &fanout.Server{
@@ -301,6 +309,17 @@ func (c CompletedConfig) New() (*Server, error) {
 // keepAttachCredentials keeps what attach requests authenticate with, before the chain's
 // authentication filter removes it: the Attacher authenticates agents again while their
 // sessions last (tunnel.KeepAttachCredentials).
+// limitAttaching puts tunnel.LimitAttaching outside the whole chain: a turned-away attach costs
+// no authentication.
+func limitAttaching(n int, build func(http.Handler, *genericapiserver.Config) http.Handler) func(http.Handler, *genericapiserver.Config) http.Handler {
+	if n <= 0 {
+		n = tunnel.DefaultMaxAttaching
+	}
+	return func(apiHandler http.Handler, c *genericapiserver.Config) http.Handler {
+		return tunnel.LimitAttaching(n, tunnel.DefaultMetrics(), build(apiHandler, c))
+	}
+}
+
 func keepAttachCredentials(build func(http.Handler, *genericapiserver.Config) http.Handler) func(http.Handler, *genericapiserver.Config) http.Handler {
 	return func(apiHandler http.Handler, c *genericapiserver.Config) http.Handler {
 		return tunnel.KeepAttachCredentials(build(apiHandler, c))

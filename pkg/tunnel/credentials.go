@@ -58,7 +58,9 @@ func (a *Attacher) reauthenticate(ctx context.Context, c *Credentials, agent use
 	resp, ok, err := a.Authenticator.AuthenticateRequest(req)
 	switch {
 	case err != nil:
-		return nil, fmt.Errorf("%w: %v", errCredentials, err)
+		// An error is also what a union of authenticators answers for a token none accepts:
+		// unsure, not a refusal, for recheck.
+		return nil, &unsureError{fmt.Errorf("%w: %v", errCredentials, err)}
 	case !ok || resp == nil || resp.User == nil:
 		return nil, errCredentials
 	case resp.User.GetName() != agent.GetName() || resp.User.GetUID() != agent.GetUID():

@@ -20,6 +20,7 @@ type Metrics struct {
 	bytes       *metrics.CounterVec
 	violations  *metrics.CounterVec
 	dropped     *metrics.CounterVec
+	throttled   *metrics.Counter
 }
 
 var (
@@ -56,6 +57,8 @@ func NewMetrics() *Metrics {
 			Help: "Agent sessions the hub closed because the agent broke a bound of the tunnel, by mount and reason (message_type, message_size, connection_buffer, framing).", StabilityLevel: metrics.ALPHA}, []string{"mount", "reason"}),
 		dropped: metrics.NewCounterVec(&metrics.CounterOpts{Namespace: ns, Subsystem: sub, Name: "connections_dropped_total",
 			Help: "Connections through tunnels the hub dropped because their session held as many unread bytes as it may (--tunnel-session-buffer-bytes), by mount.", StabilityLevel: metrics.ALPHA}, []string{"mount"}),
+		throttled: metrics.NewCounter(&metrics.CounterOpts{Namespace: ns, Subsystem: sub, Name: "attaches_throttled_total",
+			Help: "Attach requests the hub turned away (429) because it was attaching as many agents as it may at once (--tunnel-max-attaching).", StabilityLevel: metrics.ALPHA}),
 	}
 }
 
@@ -65,7 +68,7 @@ func (m *Metrics) Register(r metrics.KubeRegistry) {
 }
 
 func (m *Metrics) collectors() []metrics.Registerable {
-	return []metrics.Registerable{m.sessions, m.attaches, m.dials, m.dialLatency, m.bytes, m.violations, m.dropped}
+	return []metrics.Registerable{m.sessions, m.attaches, m.dials, m.dialLatency, m.bytes, m.violations, m.dropped, m.throttled}
 }
 
 // SessionStarted records an established session of mount.
@@ -102,6 +105,14 @@ func (m *Metrics) Violated(mount, reason string) {
 		return
 	}
 	m.violations.WithLabelValues(mount, reason).Inc()
+}
+
+// Throttled records an attach request turned away by LimitAttaching.
+func (m *Metrics) Throttled() {
+	if m == nil {
+		return
+	}
+	m.throttled.Inc()
 }
 
 // Dropped records a connection of mount dropped for its session's bound.

@@ -174,6 +174,7 @@ func (s *Sessions) Serve(ctx context.Context, w http.ResponseWriter, req *http.R
 	attached := false
 	hw := &hijackRecorder{ResponseWriter: w, session: sess, hijacked: func() {
 		attached = true
+		releaseAttachSlot(ctx)
 		sess.since = time.Now()
 		s.mu.Lock()
 		old := s.byKey[key]

@@ -41,6 +41,9 @@ type hub struct {
 	mu     sync.Mutex
 	allow  bool
 	events []tunnel.Event
+	// checks counts the authorizer's decisions; unsure makes it answer an error.
+	checks int
+	unsure bool
 }
 
 func newHub(t *testing.T, m *metrics.KubeRegistry, interval time.Duration) *hub {
@@ -48,7 +51,7 @@ func newHub(t *testing.T, m *metrics.KubeRegistry, interval time.Duration) *hub 
 	return newHubWith(t, m, interval, tunnel.Limits{})
 }
 
-func newHubWith(t *testing.T, m *metrics.KubeRegistry, interval time.Duration, limits tunnel.Limits) *hub {
+func newHubWith(t *testing.T, m *metrics.KubeRegistry, interval time.Duration, limits tunnel.Limits, opts ...func(*tunnel.Attacher)) *hub {
 	t.Helper()
 	tm := tunnel.NewMetrics()
 	if m != nil {
@@ -68,11 +71,18 @@ func newHubWith(t *testing.T, m *metrics.KubeRegistry, interval time.Duration, l
 	attacher := &tunnel.Attacher{Sessions: h.sessions, Interval: interval, Authorizer: authorizer.AuthorizerFunc(func(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
+		h.checks++
+		if h.unsure {
+			return authorizer.DecisionNoOpinion, "", errors.New("the host did not answer in time")
+		}
 		if h.allow && a.GetVerb() == "create" && a.GetResource() == "mounts" && a.GetSubresource() == "attach" && a.GetName() == h.mount.Name {
 			return authorizer.DecisionAllow, "", nil
 		}
 		return authorizer.DecisionDeny, "not allowed", nil
 	})}
+	for _, opt := range opts {
+		opt(attacher)
+	}
 	h.server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		ctx := genericapirequest.WithUser(req.Context(), h.agent)
 		handler, err := attacher.Handler(ctx, h.mount)

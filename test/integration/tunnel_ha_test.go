@@ -24,8 +24,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
+	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
@@ -238,6 +242,9 @@ func haProxyGet(t *testing.T, cfg *rest.Config, name, path string) (int, string)
 //   - replica 1 is killed (SIGKILL, its Lease left behind): requests get only 503 (never a
 //     hang into the dead owner), the agent reconnects to replica 2, which takes the Lease
 //     over, and requests work again; the test reports how long that took;
+//   - a watch through replica 2 relayed to replica 1 ends when replica 1 dies (at most an
+//     ERROR event with a Status), and a RetryWatcher through replica 2 resumes after the
+//     failover;
 //   - the agent stops: replica 2 releases the Lease.
 func TestTunnelHA(t *testing.T) {
 	start := time.Now()
@@ -409,6 +416,54 @@ func TestTunnelHA(t *testing.T) {
 	t.Logf("GET /version through the mount, 300 each: on the owner p50 %v p99 %v; through the other replica (hop) p50 %v p99 %v (p50 %.2fx)",
 		local50.Round(time.Microsecond), local99.Round(time.Microsecond), hop50.Round(time.Microsecond), hop99.Round(time.Microsecond), float64(hop50)/float64(local50))
 
+	// Long-running requests through replica 2, relayed to replica 1 which holds the session:
+	// a watch, and a RetryWatcher from the same resourceVersion.
+	// The mount impersonates edge-user on the target, who may watch ConfigMaps there.
+	leakGrant(ctx, t, target.Client, "edge-user-configmaps", []rbacv1.PolicyRule{{
+		APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"},
+	}}, rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "edge-user"})
+	watched := direct(r2)
+	watched.Host += "/apis/mounts.kcp.io/v1alpha1/mounts/edge/proxy"
+	remote, err := kubernetes.NewForConfig(watched)
+	if err != nil {
+		t.Fatal(err)
+	}
+	configMaps := remote.CoreV1().ConfigMaps("default")
+	list, err := configMaps.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := configMaps.Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Stop()
+	retryCtx, stopRetry := context.WithCancel(ctx)
+	defer stopRetry()
+	retrying, err := watchtools.NewRetryWatcherWithContext(retryCtx, list.ResourceVersion, &cache.ListWatch{
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return configMaps.Watch(ctx, o)
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer retrying.Stop()
+	leakMust(t, leakErr(target.Client.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "before-failover"}}, metav1.CreateOptions{})))
+	for _, w := range []watch.Interface{plain, retrying} {
+		if ev := nextEvent(t, w); ev.Type != watch.Added || cmName(ev.Object) != "before-failover" {
+			t.Fatalf("first event through the hop: %s %s", ev.Type, cmName(ev.Object))
+		}
+	}
+	plainEnded := make(chan []watch.Event, 1)
+	go func() {
+		var events []watch.Event
+		for ev := range plain.ResultChan() {
+			events = append(events, ev)
+		}
+		plainEnded <- events
+	}()
+
 	// Replica 1 dies holding the session and the Lease.
 	killed := time.Now()
 	if err := r1.Cmd.Process.Kill(); err != nil {
@@ -445,6 +500,25 @@ func TestTunnelHA(t *testing.T) {
 	mustServe("the host's aggregator after the failover", user)
 	t.Logf("replica 1 killed: requests through replica 2 work again after %v (answers meanwhile %v, slowest %v); replica 2 holds the Lease after %v",
 		firstOK.Sub(killed).Round(time.Millisecond), codes, slowest.Round(time.Millisecond), tookOver.Sub(killed).Round(time.Millisecond))
+
+	// The watch relayed to replica 1 ended; the RetryWatcher resumed through the new owner.
+	select {
+	case events := <-plainEnded:
+		for _, ev := range events {
+			status, ok := ev.Object.(*metav1.Status)
+			if ev.Type != watch.Error || !ok {
+				t.Errorf("the relayed watch ended with %s %T, want nothing or an ERROR event with a Status", ev.Type, ev.Object)
+				continue
+			}
+			t.Logf("the relayed watch ended with an ERROR event: %d %s", status.Code, status.Message)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the watch relayed to the killed replica did not end")
+	}
+	leakMust(t, leakErr(target.Client.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "after-failover"}}, metav1.CreateOptions{})))
+	if ev := nextEvent(t, retrying); ev.Type != watch.Added || cmName(ev.Object) != "after-failover" {
+		t.Fatalf("the RetryWatcher after the failover: %s %s, want ADDED after-failover", ev.Type, cmName(ev.Object))
+	}
 
 	// The session ends: its owner releases the Lease.
 	stopAgent()

@@ -45,6 +45,9 @@ type Config struct {
 	// Registry receives the agent's metrics (sessions, reconnects, dials, bytes), served on
 	// /metrics; nil makes one of the agent's own.
 	Registry metrics.KubeRegistry
+	// OnSession, if set, is called each time a session is up (the bench counts reconnects
+	// of thousands of agents in one process with it).
+	OnSession func()
 }
 
 // Agent keeps the mount's tunnel session up.
@@ -182,6 +185,9 @@ func (a *Agent) connectOnce(ctx context.Context) (bool, error) {
 
 	a.connected.Store(true)
 	a.metrics.SessionStarted(a.cfg.Mount)
+	if a.cfg.OnSession != nil {
+		a.cfg.OnSession()
+	}
 	klog.FromContext(ctx).Info("Tunnel session up")
 	defer func() {
 		a.connected.Store(false)

@@ -255,6 +255,23 @@ func (a *Aggregated) serviceAccountKubeconfig(ctx context.Context) (string, erro
 	}, "mount-apiserver-sa")
 }
 
+// ApplyBundle applies artifacts/apiservice to kube with the APIService pointing at
+// localhost:port, and returns the kubeconfig of the bundle's service account: for callers
+// that run the server processes themselves (bench commands), which then wait with
+// WaitAPIServiceAvailable.
+func ApplyBundle(ctx context.Context, kube *KubeAPIServer, port int) (string, error) {
+	a := &Aggregated{Kube: kube, port: port}
+	if err := a.applyBundle(ctx); err != nil {
+		return "", err
+	}
+	return a.serviceAccountKubeconfig(ctx)
+}
+
+// WaitAPIServiceAvailable waits until the APIService of the bundle is Available in kube.
+func WaitAPIServiceAvailable(ctx context.Context, kube *KubeAPIServer) error {
+	return (&Aggregated{Kube: kube}).WaitAvailable(ctx)
+}
+
 // DirectConfig returns cfg aimed at mount-apiserver itself instead of the kube-apiserver: same
 // credentials, the server's URL and CA.
 func (a *Aggregated) DirectConfig(cfg *rest.Config) *rest.Config {

@@ -52,6 +52,18 @@ func StartEtcdProcess(t testing.TB, dir string) *EtcdProcess {
 	return e
 }
 
+// NewEtcdProcess prepares an etcd with its data in dir on free loopback ports, for callers
+// without a testing.TB (bench commands): Start starts it, Kill ends it.
+func NewEtcdProcess(dir string) (*EtcdProcess, error) { return newEtcdProcess(dir, nil) }
+
+// Pid is the process id of the running etcd, 0 if it is not running.
+func (e *EtcdProcess) Pid() int {
+	if e.cmd == nil || e.cmd.Process == nil {
+		return 0
+	}
+	return e.cmd.Process.Pid
+}
+
 // newEtcdProcess prepares an etcd with its data in dir on free loopback ports in ns (nil:
 // the host's namespace); a fresh namespace has every port free.
 func newEtcdProcess(dir string, ns *Netns) (*EtcdProcess, error) {

@@ -31,6 +31,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/admission/lending"
@@ -151,7 +152,9 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 	cfg.Extra.FanOut = mountapiserver.FanOutConfig{MemberTimeout: o.FanOutMemberTimeout}
 	sessions := tunnel.NewSessions(tunnel.DefaultMetrics(), o.Tunnel.Limits())
 	cfg.Extra.Proxier.Tunnels = sessions
-	cfg.Extra.Tunnel = mountapiserver.TunnelConfig{Sessions: sessions, AuthorizationInterval: o.Tunnel.AuthorizationInterval, ReplicaName: o.Tunnel.ReplicaName}
+	cfg.Extra.Tunnel = mountapiserver.TunnelConfig{Sessions: sessions, AuthorizationInterval: o.Tunnel.AuthorizationInterval, ReplicaName: o.Tunnel.ReplicaName,
+		MaxAttaching:         o.Tunnel.MaxAttaching,
+		AuthorizationLimiter: flowcontrol.NewTokenBucketRateLimiter(o.Tunnel.AuthorizationQPS, max(1, int(o.Tunnel.AuthorizationQPS)))}
 	if err := o.applyKcpWorkspaces(cfg.Extra.Proxier); err != nil {
 		return nil, err
 	}

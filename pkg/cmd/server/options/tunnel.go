@@ -17,6 +17,11 @@ type TunnelOptions struct {
 	// AuthorizationInterval is how often an attached agent's credentials and permission are
 	// checked again.
 	AuthorizationInterval time.Duration
+	// AuthorizationQPS is how many sessions are checked again per second at most, over all
+	// sessions: it bounds what the checks cost the host.
+	AuthorizationQPS float32
+	// MaxAttaching bounds the attach requests worked on at once.
+	MaxAttaching int
 	// ReplicaName names this replica in the AgentConnected condition; empty is the host name.
 	ReplicaName string
 	// ConnectionBufferBytes and SessionBufferBytes bound what an agent makes the server hold
@@ -27,7 +32,7 @@ type TunnelOptions struct {
 
 // NewTunnelOptions returns the defaults.
 func NewTunnelOptions() TunnelOptions {
-	return TunnelOptions{AuthorizationInterval: tunnel.DefaultAuthorizationInterval,
+	return TunnelOptions{AuthorizationInterval: tunnel.DefaultAuthorizationInterval, AuthorizationQPS: tunnel.DefaultAuthorizationQPS, MaxAttaching: tunnel.DefaultMaxAttaching,
 		ConnectionBufferBytes: tunnel.DefaultConnectionBuffer, SessionBufferBytes: tunnel.DefaultSessionBuffer}
 }
 
@@ -35,6 +40,10 @@ func NewTunnelOptions() TunnelOptions {
 func (o *TunnelOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.AuthorizationInterval, "tunnel-authorization-interval", o.AuthorizationInterval,
 		"How often the server checks again that an attached agent's credentials still authenticate it (a token review's cache adds up to its TTL), that an agent which is a ServiceAccount of the host still has it, and that it may still attach (verb create on mounts/attach for its mount); anything revoked closes the session.")
+	fs.Float32Var(&o.AuthorizationQPS, "tunnel-authorization-qps", o.AuthorizationQPS,
+		"Sessions checked again per second at most, over all agent sessions of this replica (each check costs the host up to a TokenReview, a ServiceAccount GET and a SubjectAccessReview): with more sessions than this times --tunnel-authorization-interval, each is checked less often than the interval, and the host's load stays bounded (20: at most 60 requests per second; 10,000 sessions are each checked every 8m20s).")
+	fs.IntVar(&o.MaxAttaching, "tunnel-max-attaching", o.MaxAttaching,
+		"Attach requests of agents this replica works on at once, from their arrival until their session is up; more get 429 with Retry-After before any authentication, and the agents try again after their jittered backoff. Bounds the host calls (TokenReviews, SubjectAccessReviews, ServiceAccount GETs) of a reconnect storm, so attaches finish within the agents' 10s handshake timeout instead of all timing out.")
 	fs.StringVar(&o.ReplicaName, "tunnel-replica-name", o.ReplicaName,
 		"Name of this replica in a mount's AgentConnected condition. Defaults to the host name (the pod name in a Deployment).")
 	fs.Int64Var(&o.ConnectionBufferBytes, "tunnel-connection-buffer-bytes", o.ConnectionBufferBytes,
@@ -61,6 +70,12 @@ func (o *TunnelOptions) Validate() []error {
 	var errs []error
 	if o.AuthorizationInterval < time.Second {
 		errs = append(errs, errors.New("--tunnel-authorization-interval must be at least 1s"))
+	}
+	if o.MaxAttaching < 1 {
+		errs = append(errs, errors.New("--tunnel-max-attaching must be at least 1"))
+	}
+	if !(o.AuthorizationQPS > 0) {
+		errs = append(errs, errors.New("--tunnel-authorization-qps must be positive"))
 	}
 	if o.ConnectionBufferBytes <= 0 || o.SessionBufferBytes <= 0 {
 		errs = append(errs, errors.New("--tunnel-connection-buffer-bytes and --tunnel-session-buffer-bytes must be positive"))

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/kcp-dev/mount-apiserver/pkg/controller/agentconnected"
+	"github.com/kcp-dev/mount-apiserver/test/bench/measure"
+)
+
+// failoverRun fails replica 2 while the agents of n Mounts are spread over the replicas, and
+// measures how long until a GET through each remaining replica reaches every agent that was
+// attached to replica 2.
+func (b *bench) failoverRun(ctx context.Context, n int) error {
+	_, byReplica, err := b.fleet.readiness(ctx, time.Time{})
+	if err != nil {
+		return err
+	}
+	var spread []string
+	for msg, names := range byReplica {
+		spread = append(spread, fmt.Sprintf("%s %d", strings.TrimSuffix(strings.TrimPrefix(msg, "An agent is connected to replica "), "."), len(names)))
+	}
+	sort.Strings(spread)
+	fmt.Printf("\n== failover: %d agents spread over %d replicas (%s)\n", n, len(b.hubs), strings.Join(spread, ", "))
+	victim := b.hubs[1]
+	moved := byReplica[agentconnected.ConnectedMessage("replica-2")]
+	if len(moved) == 0 {
+		return fmt.Errorf("no agent is reported on replica 2")
+	}
+	var survivors []*hubProcess
+	for i, h := range b.hubs {
+		if i != 1 {
+			survivors = append(survivors, h)
+		}
+	}
+	before, err := hostCalls(b.hostClient, b.host.URL)
+	if err != nil {
+		return err
+	}
+	failed := time.Now()
+	switch b.c.failover {
+	case "stop":
+		_ = victim.cmd.Process.Signal(syscall.SIGSTOP)
+		fmt.Printf("replica 2 stopped (SIGSTOP: silent, its connections stay open) holding %d sessions (load average %s)\n", len(moved), loadAverage())
+	default:
+		victim.kill()
+		fmt.Printf("replica 2 killed (SIGKILL) holding %d sessions (load average %s)\n", len(moved), loadAverage())
+	}
+	var allAttached time.Duration
+	lastOK, codes, err := b.reach(survivors, moved, failed, 5*time.Minute, func() {
+		if allAttached == 0 {
+			if _, connected, _ := b.agents.status(); connected >= n*b.c.sessions {
+				allAttached = time.Since(failed)
+			}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	after, err := hostCalls(b.hostClient, b.host.URL)
+	if err != nil {
+		return err
+	}
+	if allAttached > 0 {
+		fmt.Printf("every agent attached again (the agents' count) %v after the failure\n", allAttached.Round(100*time.Millisecond))
+	}
+	fmt.Printf("a GET through each remaining replica reaches every agent of replica 2 again %v after the failure (answers meanwhile: %v)\n", lastOK.Round(100*time.Millisecond), codes)
+	fmt.Printf("host API calls meanwhile: %s\n", rates(before, after, time.Since(failed)))
+	if b.c.failover == "stop" {
+		_ = victim.cmd.Process.Signal(syscall.SIGCONT)
+	}
+	return nil
+}
+
+// reach sends GETs through every replica of via to every mount of mounts until each
+// (mount, replica) pair answered 200 once, and returns when the last did after since, with the
+// answers meanwhile by code. each runs between rounds.
+func (b *bench) reach(via []*hubProcess, mounts []string, since time.Time, timeout time.Duration, each func()) (time.Duration, map[string]int, error) {
+	var clients []*http.Client
+	for _, h := range via {
+		c, err := measure.Client(h.config(b.bencher))
+		if err != nil {
+			return 0, nil, err
+		}
+		c.Timeout = 10 * time.Second
+		clients = append(clients, c)
+	}
+	type pair struct {
+		mount   string
+		replica int
+	}
+	pending := map[pair]bool{}
+	for _, m := range mounts {
+		for r := range via {
+			pending[pair{m, r}] = true
+		}
+	}
+	codes := map[string]int{}
+	var mu sync.Mutex
+	var lastOK time.Duration
+	deadline := time.Now().Add(timeout)
+	for len(pending) > 0 {
+		if time.Now().After(deadline) {
+			return 0, codes, fmt.Errorf("after %v %d (mount, replica) pairs still fail; answers %v", timeout, len(pending), codes)
+		}
+		if each != nil {
+			each()
+		}
+		work := make(chan pair)
+		var wg sync.WaitGroup
+		for range 32 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for p := range work {
+					url := via[p.replica].url() + "/apis/mounts.kcp.io/v1alpha1/mounts/" + p.mount + "/proxy/version"
+					code := "error"
+					if resp, err := clients[p.replica].Get(url); err == nil {
+						_, _ = io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+						code = fmt.Sprint(resp.StatusCode)
+					}
+					mu.Lock()
+					codes[code]++
+					if code == "200" {
+						delete(pending, p)
+						lastOK = time.Since(since)
+					}
+					mu.Unlock()
+				}
+			}()
+		}
+		mu.Lock()
+		list := make([]pair, 0, len(pending))
+		for p := range pending {
+			list = append(list, p)
+		}
+		mu.Unlock()
+		for _, p := range list {
+			work <- p
+		}
+		close(work)
+		wg.Wait()
+		if len(pending) > 0 {
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	return lastOK, codes, nil
+}

@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+
+	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
+	clientset "github.com/kcp-dev/mount-apiserver/pkg/generated/clientset/versioned"
+)
+
+// agentNamespace holds the agents' ServiceAccounts on the host.
+const agentNamespace = "agents"
+
+// agentName is the name of agent i's Mount, ServiceAccount, ClusterRole and binding.
+func agentName(i int) string { return fmt.Sprintf("agent-%05d", i) }
+
+// fleet creates what each agent needs on the host and the hub, as an operator of a fleet
+// would: a ServiceAccount (the agent's own identity), the right to attach to its one Mount
+// (a ClusterRole limited by resourceNames and its binding, artifacts/agent/hub), the Mount
+// (a tunnel with the server's credentials: the Secret of the target's kubeconfig) and a
+// token of the ServiceAccount.
+type fleet struct {
+	host   kubernetes.Interface
+	mounts clientset.Interface
+	tokens []string
+}
+
+func newFleet(hostAdmin, hubAdmin *rest.Config) (*fleet, error) {
+	hostAdmin, hubAdmin = rest.CopyConfig(hostAdmin), rest.CopyConfig(hubAdmin)
+	// Setting up is not what is measured: no client-side rate limit.
+	hostAdmin.QPS, hubAdmin.QPS = -1, -1
+	host, err := kubernetes.NewForConfig(hostAdmin)
+	if err != nil {
+		return nil, err
+	}
+	mounts, err := clientset.NewForConfig(hubAdmin)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := host.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agentNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, err
+	}
+	return &fleet{host: host, mounts: mounts}, nil
+}
+
+// grow creates the agents up to n (those from len(f.tokens) on) with workers in parallel,
+// and returns the new agents' indexes.
+func (f *fleet) grow(ctx context.Context, n int) ([]int, error) {
+	from := len(f.tokens)
+	if n <= from {
+		return nil, nil
+	}
+	f.tokens = append(f.tokens, make([]string, n-from)...)
+	var next atomic.Int64
+	next.Store(int64(from))
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				// The host answers timeouts when the machine is loaded: creating is not
+				// what is measured, try again.
+				var token string
+				err := retry.OnError(wait.Backoff{Steps: 6, Duration: time.Second, Factor: 2}, func(err error) bool { return !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) },
+					func() (err error) { token, err = f.create(ctx, i); return err })
+				if err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = fmt.Errorf("agent %d: %w", i, err)
+					}
+					mu.Unlock()
+					return
+				}
+				f.tokens[i] = token
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	added := make([]int, 0, n-from)
+	for i := from; i < n; i++ {
+		added = append(added, i)
+	}
+	return added, nil
+}
+
+func (f *fleet) create(ctx context.Context, i int) (string, error) {
+	name := agentName(i)
+	ignoreExists := func(err error) error {
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
+	}
+	if _, err := f.host.CoreV1().ServiceAccounts(agentNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); ignoreExists(err) != nil {
+		return "", err
+	}
+	role := "tunnel-" + name
+	if _, err := f.host.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: role},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"mounts.kcp.io"}, Resources: []string{"mounts/attach"}, ResourceNames: []string{name}, Verbs: []string{"get", "create"}}},
+	}, metav1.CreateOptions{}); ignoreExists(err) != nil {
+		return "", err
+	}
+	if _, err := f.host.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: agentNamespace}},
+	}, metav1.CreateOptions{}); ignoreExists(err) != nil {
+		return "", err
+	}
+	m := &v1alpha1.Mount{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.MountSpec{
+		Ref:    v1alpha1.ObjectReference{Namespace: "clusters", Name: "bench"},
+		Tunnel: &v1alpha1.MountTunnel{Credentials: v1alpha1.TunnelCredentialsServer},
+	}}
+	if _, err := f.mounts.MountsV1alpha1().Mounts().Create(ctx, m, metav1.CreateOptions{}); ignoreExists(err) != nil {
+		return "", err
+	}
+	tr, err := f.host.CoreV1().ServiceAccounts(agentNamespace).CreateToken(ctx, name,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](48 * 3600)}}, metav1.CreateOptions{})
+	if err != nil {
+		return "", err
+	}
+	return tr.Status.Token, nil
+}
+
+// readiness counts the Mounts that are Ready with an agent reported connected (since since, if
+// not zero), and
+// lists the Mounts with an agent reported connected since then by the condition's message
+// (which names the replica).
+func (f *fleet) readiness(ctx context.Context, since time.Time) (ready int, byReplica map[string][]string, err error) {
+	byReplica = map[string][]string{}
+	opts := metav1.ListOptions{Limit: 1000}
+	for {
+		list, err := f.mounts.MountsV1alpha1().Mounts().List(ctx, opts)
+		if err != nil {
+			return 0, nil, err
+		}
+		for i := range list.Items {
+			m := &list.Items[i]
+			c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.ConditionAgentConnected)
+			if c == nil || c.Status != metav1.ConditionTrue || (!since.IsZero() && c.LastTransitionTime.Time.Before(since.Truncate(time.Second))) {
+				continue
+			}
+			byReplica[c.Message] = append(byReplica[c.Message], m.Name)
+			if m.Status.Phase == v1alpha1.MountPhaseReady {
+				ready++
+			}
+		}
+		if list.Continue == "" {
+			return ready, byReplica, nil
+		}
+		opts.Continue = list.Continue
+	}
+}
