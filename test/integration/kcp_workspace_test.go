@@ -247,14 +247,14 @@ spec: {type: Workspace, ref: {kind: Workspace, name: "root:gone"}}
 		}
 	}
 
-	// A workspace that does not exist: 503 that says so.
+	// A workspace that does not exist: 502 (a failure of the hop, never the caller's) that says so.
 	resp, err = httpClient.Get(e.kcp.URL + mountProxy(viaMapping, "nowhere") + "/api")
 	if err != nil {
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(resp.Body)
 	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "workspace root:gone does not exist") {
+	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(body), "workspace root:gone does not exist") {
 		t.Errorf("mount of a missing workspace: %d %s", resp.StatusCode, body)
 	}
 }
