@@ -29,7 +29,7 @@ type admittedKey struct{}
 func LimitAttaching(max int, throttled *Metrics, next http.Handler) http.Handler {
 	slots := make(chan struct{}, max)
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if !httpstream.IsUpgradeRequest(req) || !strings.HasSuffix(strings.TrimRight(req.URL.Path, "/"), "/attach") {
+		if !httpstream.IsUpgradeRequest(req) || !isAgentAttach(req.URL.Path) {
 			next.ServeHTTP(w, req)
 			return
 		}
@@ -47,6 +47,14 @@ func LimitAttaching(max int, throttled *Metrics, next http.Handler) http.Handler
 		defer release()
 		next.ServeHTTP(w, req.WithContext(context.WithValue(req.Context(), admittedKey{}, release)))
 	})
+}
+
+// isAgentAttach says whether path is an agent's mounts/<name>/attach, not a pod's attach
+// through a mount's proxy (.../mounts/<name>/proxy/.../pods/<pod>/attach).
+func isAgentAttach(path string) bool {
+	parts := strings.Split(strings.TrimRight(path, "/"), "/")
+	n := len(parts)
+	return n >= 3 && parts[n-1] == "attach" && parts[n-3] == "mounts" && !strings.Contains(path, "/proxy/")
 }
 
 // releaseAttachSlot gives back the slot of LimitAttaching that an attach request held, if
