@@ -109,8 +109,10 @@ func newStatus(code int32, reason metav1.StatusReason, message string) *metav1.S
 	}
 }
 
-// writeStatus writes s as JSON.
+// writeStatus writes s as JSON, with its kind: client-go decodes a Status only by its kind,
+// and without it shows its generic text instead of the message.
 func writeStatus(w http.ResponseWriter, s *metav1.Status) {
+	s.Kind, s.APIVersion = "Status", "v1"
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(int(s.Code))
@@ -157,6 +159,7 @@ func (f hopFailure) parts(req *http.Request) (int, http.Header, []byte) {
 		return http.StatusBadGateway, h, []byte(strings.ReplaceAll(f.status.Message, `"`, "'") + "\n")
 	}
 	h.Set("Content-Type", "application/json")
+	f.status.Kind, f.status.APIVersion = "Status", "v1" // client-go decodes a Status by its kind
 	body, _ := json.Marshal(f.status)
 	return int(f.status.Code), h, append(body, '\n')
 }

@@ -285,6 +285,9 @@ func TestProxyHeaders(t *testing.T) {
 	setSecretData(t, name, data)
 	m := urlMountOf(name, name)
 	m.Spec.Identity.UserPrefix = "hub:"
+	// Service account callers carry system:serviceaccounts: a mount carries such reserved
+	// groups only under a prefix (main's 010a045).
+	m.Spec.Identity.GroupPrefix = "hub:"
 	deleteMountsAtEnd(t, name)
 	if _, err := mountsClient(t, kube.AdminConfig).MountsV1alpha1().Mounts().Create(context.Background(), m, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -330,7 +333,7 @@ func TestProxyHeaders(t *testing.T) {
 	if u := got.Header.Get("Impersonate-User"); u != "hub:frank" {
 		t.Errorf("Impersonate-User = %q, want hub:frank", u)
 	}
-	if g := got.Header.Values("Impersonate-Group"); !contains(g, "frank-team") || contains(g, "system:masters") {
+	if g := got.Header.Values("Impersonate-Group"); !contains(g, "hub:frank-team") || contains(g, "system:masters") {
 		t.Errorf("Impersonate-Group = %v", g)
 	}
 	for _, h := range []string{"Cookie", "X-Remote-User", "X-Remote-Group", "Proxy-Authorization", "Te"} {
