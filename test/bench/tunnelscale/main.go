@@ -232,7 +232,7 @@ func (b *bench) setUp(ctx context.Context) error {
 			return err
 		}
 		root := mk(fmt.Sprintf("replica-%d", i+1))
-		if err := copyDir(shared, filepath.Join(root, "pki")); err != nil {
+		if err := framework.CopyDir(shared, filepath.Join(root, "pki")); err != nil {
 			return err
 		}
 		args := []string{"--kubeconfig", kubeconfig, "--apiservice-name", framework.APIServiceName,
@@ -333,26 +333,6 @@ func grant(ctx context.Context, k *framework.KubeAPIServer, user, role string, r
 		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: user}},
 	}, metav1.CreateOptions{})
 	return err
-}
-
-func copyDir(from, to string) error {
-	if err := os.MkdirAll(to, 0o700); err != nil {
-		return err
-	}
-	entries, err := os.ReadDir(from)
-	if err != nil {
-		return err
-	}
-	for _, e := range entries {
-		data, err := os.ReadFile(filepath.Join(from, e.Name()))
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(to, e.Name()), data, 0o600); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // figures are one replica's at one number of sessions.

@@ -69,7 +69,7 @@ func StartReplicas(ctx context.Context, t testing.TB, kube *KubeAPIServer, bin B
 	fwd.SetBackends(backends...)
 	for i := range n {
 		root := filepath.Join(dir, "replica-"+strconv.Itoa(i+1))
-		if err := copyDir(shared, filepath.Join(root, "pki")); err != nil {
+		if err := CopyDir(shared, filepath.Join(root, "pki")); err != nil {
 			t.Fatal(err)
 		}
 		p := bin.StartOnPort(t, root, ports[i], append([]string{
@@ -84,7 +84,9 @@ func StartReplicas(ctx context.Context, t testing.TB, kube *KubeAPIServer, bin B
 	return r
 }
 
-func copyDir(from, to string) error {
+// CopyDir copies the files of directory from into to (made if missing), as replicas share
+// one generated PKI.
+func CopyDir(from, to string) error {
 	if err := os.MkdirAll(to, 0o700); err != nil {
 		return err
 	}
