@@ -30,11 +30,12 @@ kube::codegen::gen_helpers \
     "${REPO_ROOT}/pkg/apis"
 
 # k8s.io/api/core/v1: the standalone server serves core v1 Secrets itself; the self reviews
-# of authentication/v1 and authorization/v1 too.
+# of authentication/v1 and authorization/v1 too, and events.k8s.io/v1 Events.
 kube::codegen::gen_openapi \
     --extra-pkgs k8s.io/api/core/v1 \
     --extra-pkgs k8s.io/api/authentication/v1 \
     --extra-pkgs k8s.io/api/authorization/v1 \
+    --extra-pkgs k8s.io/api/events/v1 \
     --output-dir "${REPO_ROOT}/pkg/generated/openapi" \
     --output-pkg "${MODULE}/pkg/generated/openapi" \
     --output-model-name-file zz_generated.model_name.go \

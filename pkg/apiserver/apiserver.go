@@ -9,11 +9,13 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/features"
+	registrygeneric "k8s.io/apiserver/pkg/registry/generic"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
@@ -31,6 +33,7 @@ import (
 	clientset "github.com/kcp-dev/mount-apiserver/pkg/generated/clientset/versioned"
 	"github.com/kcp-dev/mount-apiserver/pkg/kcp"
 	"github.com/kcp-dev/mount-apiserver/pkg/proxy"
+	eventsregistry "github.com/kcp-dev/mount-apiserver/pkg/registry/events"
 	mountsregistry "github.com/kcp-dev/mount-apiserver/pkg/registry/mounts"
 	secretsregistry "github.com/kcp-dev/mount-apiserver/pkg/registry/secrets"
 	"github.com/kcp-dev/mount-apiserver/pkg/registry/selfreviews"
@@ -60,6 +63,10 @@ type ExtraConfig struct {
 
 	// ServeSecrets serves core v1 Secrets (standalone mode without another cluster for them).
 	ServeSecrets bool
+	// Events, if set, serves core v1 and events.k8s.io/v1 Events of the server's own objects,
+	// which its status controller records there (standalone mode, with no cluster of its own
+	// for them).
+	Events *eventsregistry.Options
 
 	// Proxier serves mounts/proxy; its Authorizer is filled in from the generic config.
 	Proxier *proxy.Proxier
@@ -205,16 +212,8 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, fmt.Errorf("installing API group %s: %w", mounts.GroupName, err)
 	}
 
-	if c.Extra.ServeSecrets {
-		secrets, err := secretsregistry.NewREST(Scheme, c.Generic.RESTOptionsGetter)
-		if err != nil {
-			return nil, err
-		}
-		core := genericapiserver.NewDefaultAPIGroupInfo("", Scheme, ParameterCodec, Codecs)
-		core.VersionedResourcesStorageMap[CoreV1.Version] = map[string]rest.Storage{"secrets": secrets}
-		if err := generic.InstallLegacyAPIGroup(genericapiserver.DefaultLegacyAPIPrefix, &core); err != nil {
-			return nil, fmt.Errorf("installing core v1 Secrets: %w", err)
-		}
+	if err := installOwnCore(generic, c.Generic.RESTOptionsGetter, c.Extra.ServeSecrets, c.Extra.Events); err != nil {
+		return nil, err
 	}
 
 	if err := installSelfReviews(generic, c.Generic.Authorization.Authorizer, c.Generic.RuleResolver); err != nil {
@@ -375,6 +374,40 @@ func installSelfReviews(generic *genericapiserver.GenericAPIServer, authz author
 	}
 	if err := generic.InstallAPIGroups(&authn, &authzGroup); err != nil {
 		return fmt.Errorf("installing the self reviews: %w", err)
+	}
+	return nil
+}
+
+// installOwnCore serves the core v1 resources the standalone server keeps itself: Secrets of
+// URL mounts, and Events of its own objects (also as events.k8s.io/v1).
+func installOwnCore(server *genericapiserver.GenericAPIServer, getter registrygeneric.RESTOptionsGetter, serveSecrets bool, eventOpts *eventsregistry.Options) error {
+	resources := map[string]rest.Storage{}
+	if serveSecrets {
+		secrets, err := secretsregistry.NewREST(Scheme, getter)
+		if err != nil {
+			return err
+		}
+		resources["secrets"] = secrets
+	}
+	if eventOpts != nil {
+		coreEvents, err := eventsregistry.NewREST(Scheme, getter, *eventOpts)
+		if err != nil {
+			return err
+		}
+		resources["events"] = coreEvents
+		group := genericapiserver.NewDefaultAPIGroupInfo(eventsv1.GroupName, Scheme, ParameterCodec, Codecs)
+		group.VersionedResourcesStorageMap[eventsv1.SchemeGroupVersion.Version] = map[string]rest.Storage{"events": eventsregistry.NewEventsREST(coreEvents)}
+		if err := server.InstallAPIGroup(&group); err != nil {
+			return fmt.Errorf("installing events.k8s.io/v1 Events: %w", err)
+		}
+	}
+	if len(resources) == 0 {
+		return nil
+	}
+	core := genericapiserver.NewDefaultAPIGroupInfo("", Scheme, ParameterCodec, Codecs)
+	core.VersionedResourcesStorageMap[CoreV1.Version] = resources
+	if err := server.InstallLegacyAPIGroup(genericapiserver.DefaultLegacyAPIPrefix, &core); err != nil {
+		return fmt.Errorf("installing core v1: %w", err)
 	}
 	return nil
 }

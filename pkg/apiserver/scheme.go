@@ -4,12 +4,15 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/install"
+	"github.com/kcp-dev/mount-apiserver/pkg/registry/events"
 )
 
 var (
@@ -32,6 +35,17 @@ func init() {
 	for _, gv := range []schema.GroupVersion{CoreV1, {Group: "", Version: runtime.APIVersionInternal}} {
 		Scheme.AddKnownTypes(gv, &corev1.Secret{}, &corev1.SecretList{})
 	}
+	// Events of the standalone server's own objects (pkg/registry/events), the same way: one
+	// store of core v1 Events, which events.k8s.io/v1 converts to and from in its storage.
+	for _, gv := range []schema.GroupVersion{CoreV1, {Group: "", Version: runtime.APIVersionInternal}} {
+		Scheme.AddKnownTypes(gv, &corev1.Event{}, &corev1.EventList{})
+	}
+	for _, gv := range []schema.GroupVersion{eventsv1.SchemeGroupVersion, {Group: eventsv1.GroupName, Version: runtime.APIVersionInternal}} {
+		Scheme.AddKnownTypes(gv, &eventsv1.Event{}, &eventsv1.EventList{})
+	}
+	metav1.AddToGroupVersion(Scheme, eventsv1.SchemeGroupVersion)
+	utilruntime.Must(Scheme.AddFieldLabelConversionFunc(CoreV1.WithKind("Event"), events.ConvertCoreFieldLabel))
+	utilruntime.Must(Scheme.AddFieldLabelConversionFunc(eventsv1.SchemeGroupVersion.WithKind("Event"), events.ConvertEventsFieldLabel))
 	// The self reviews (pkg/registry/selfreviews), the same way.
 	for _, gv := range []schema.GroupVersion{authenticationv1.SchemeGroupVersion, {Group: authenticationv1.GroupName, Version: runtime.APIVersionInternal}} {
 		Scheme.AddKnownTypes(gv, &authenticationv1.SelfSubjectReview{})

@@ -52,6 +52,8 @@ type StatusConfig struct {
 	// them, creates failed at 10,000 mounts with "client rate limiter Wait ... would exceed
 	// context deadline". Events are best effort: when their queue is full they are dropped.
 	EventsClient kubernetes.Interface
+	// OwnEvents, without a host, records Events in this server's own Events API (Config.Extra.Events).
+	OwnEvents bool
 }
 
 // startStatusController is the post-start hook that runs the status controller on the
@@ -87,12 +89,25 @@ func startStatusController(cfg StatusConfig, proxier *proxy.Proxier, sessions *t
 			}
 		}
 		var recorder events.EventRecorder
-		if host != nil {
+		var sink events.EventSink
+		switch {
+		case host != nil:
 			eventsClient := host
 			if cfg.EventsClient != nil {
 				eventsClient = cfg.EventsClient
 			}
-			sink := newBoundedSink(namespacedSink{namespace: EventsNamespace, sink: &events.EventSinkImpl{Interface: eventsClient.EventsV1()}}, maxPendingEvents, logger)
+			sink = namespacedSink{namespace: EventsNamespace, sink: &events.EventSinkImpl{Interface: eventsClient.EventsV1()}}
+		case cfg.OwnEvents:
+			// The server keeps them itself, in the default namespace as a cluster keeps the
+			// Events of cluster-scoped objects: kubectl get events shows them.
+			own, err := kubernetes.NewForConfig(loopback)
+			if err != nil {
+				return fmt.Errorf("creating loopback client: %w", err)
+			}
+			sink = &events.EventSinkImpl{Interface: own.EventsV1()}
+		}
+		if sink != nil {
+			sink := newBoundedSink(sink, maxPendingEvents, logger)
 			broadcaster := events.NewBroadcaster(sink)
 			if err := broadcaster.StartRecordingToSinkWithContext(hookCtx); err != nil {
 				return fmt.Errorf("starting the event recorder: %w", err)

@@ -81,11 +81,16 @@ var grants = map[string][]grant{
 		{mounts.GroupName, "mounts/status", readVerbs},
 		{mounts.GroupName, "mounts/proxy", nil},
 		{"", "secrets", writeVerbs},
+		{"", "events", readVerbs},
+		{"events.k8s.io", "events", readVerbs},
 	},
 	ViewersGroup: {
 		{mounts.GroupName, "mounts", readVerbs},
 		{mounts.GroupName, "mounts/status", readVerbs},
 		{mounts.GroupName, "mounts/proxy", []string{"get"}},
+		// The Events of mounts, which kubectl describe shows; only the server writes them.
+		{"", "events", readVerbs},
+		{"events.k8s.io", "events", readVerbs},
 	},
 }
 

@@ -17,7 +17,6 @@ import (
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
 	"github.com/kcp-dev/mount-apiserver/pkg/authorization"
-	"github.com/kcp-dev/mount-apiserver/pkg/pki"
 	"github.com/kcp-dev/mount-apiserver/test/integration/framework"
 )
 
@@ -102,19 +101,7 @@ func startMountedTargetOn(t *testing.T, hub *framework.Server) *mountedTarget {
 // mount's URL).
 func (m *mountedTarget) hubKubeconfig(t *testing.T, user, server string, groups ...string) string {
 	t.Helper()
-	ca, err := pki.Load(filepath.Join(m.hub.RootDir, "pki"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := ca.UserKubeconfig(server, user, groups, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), user+".kubeconfig")
-	if err := os.WriteFile(path, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return userKubeconfigFile(t, m.hub, server, user, groups...)
 }
 
 // withServer writes a copy of kubeconfig whose cluster is at server.

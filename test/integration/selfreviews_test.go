@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/authorization"
-	"github.com/kcp-dev/mount-apiserver/pkg/pki"
 	"github.com/kcp-dev/mount-apiserver/test/integration/framework"
 )
 
@@ -27,19 +26,7 @@ func TestSelfReviewsWithKubectl(t *testing.T) {
 	}
 	userKubeconfig := func(t *testing.T, s *framework.Server, name string, groups ...string) string {
 		t.Helper()
-		ca, err := pki.Load(filepath.Join(s.RootDir, "pki"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		data, err := ca.UserKubeconfig(s.URL, name, groups, true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		path := filepath.Join(t.TempDir(), name+".kubeconfig")
-		if err := os.WriteFile(path, data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return path
+		return userKubeconfigFile(t, s, s.URL, name, groups...)
 	}
 
 	t.Run("standalone", func(t *testing.T) {

@@ -46,6 +46,7 @@ import (
 	"github.com/kcp-dev/mount-apiserver/pkg/kcp"
 	"github.com/kcp-dev/mount-apiserver/pkg/pki"
 	"github.com/kcp-dev/mount-apiserver/pkg/proxy"
+	eventsregistry "github.com/kcp-dev/mount-apiserver/pkg/registry/events"
 	"github.com/kcp-dev/mount-apiserver/pkg/rewrite"
 	"github.com/kcp-dev/mount-apiserver/pkg/targetpolicy"
 	"github.com/kcp-dev/mount-apiserver/pkg/tunnel"
@@ -180,6 +181,13 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 			Workers:  o.StatusWorkers,
 		},
 		LeaderElection: o.LeaderElection,
+	}
+	if !o.Delegated && !o.KcpMode {
+		// Without a host cluster, the server keeps the Events of its own objects itself. In
+		// kcp mode the Mounts live in logical clusters, which are served nothing but their
+		// mounts.kcp.io API.
+		cfg.Extra.Events = &eventsregistry.Options{TTL: o.EventTTL, MaxCount: o.MaxEvents}
+		cfg.Extra.Status.OwnEvents = true
 	}
 	// Workspace and Redirect mounts are Ready when the workspace the proxy resolves is.
 	cfg.Extra.Status.Workspaces = cfg.Extra.Proxier.Workspaces

@@ -55,6 +55,10 @@ const DefaultProxyMaxUpgrades = 1000
 // without CRDs (4 MiB).
 const DefaultRewriteDocumentMemoryBudget = 256 << 20
 
+// DefaultMaxEvents bounds the Events a standalone server keeps: a few for each of some hundred
+// mounts, each at most some 2 KB.
+const DefaultMaxEvents = 1000
+
 // Options are the command-line options of mount-apiserver.
 type Options struct {
 	// RootDirectory holds the embedded etcd's data, the generated PKI and the admin kubeconfig.
@@ -84,6 +88,10 @@ type Options struct {
 	RewriteDocumentMemoryBudget int64
 	// FanOutMemberTimeout bounds each mount's answer to a request across mounts (mounts/*/proxy).
 	FanOutMemberTimeout time.Duration
+	// EventTTL is how long the standalone server keeps an Event of its own objects.
+	EventTTL time.Duration
+	// MaxEvents bounds the Events the standalone server keeps.
+	MaxEvents int
 	// KcpMode serves cluster-aware paths, /clusters/<logical-cluster>/... and /clusters/*/...
 	KcpMode bool
 	// Kcp says how to meet kcp in kcp mode.
@@ -153,6 +161,8 @@ func NewOptions() *Options {
 		ProxyMaxUpgrades:            DefaultProxyMaxUpgrades,
 		RewriteDocumentMemoryBudget: DefaultRewriteDocumentMemoryBudget,
 		FanOutMemberTimeout:         fanout.DefaultMemberTimeout,
+		EventTTL:                    time.Hour,
+		MaxEvents:                   DefaultMaxEvents,
 		StatusProbeInterval:         30 * time.Second,
 		StatusWorkers:               16,
 		StatusController:            true,
@@ -211,6 +221,10 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 		"Bytes of memory that renaming mounts (spec.rewrites) may hold at once, server-wide, to rewrite discovery and OpenAPI documents, which are read whole (each at most 64 MiB, held twice while it is read). A request that finds no room waits up to 5s, then is answered 503 with Retry-After; a document that needs more than the whole budget is answered 502. 0: no budget, only each document's bound.")
 	fs.DurationVar(&o.FanOutMemberTimeout, "fanout-member-timeout", o.FanOutMemberTimeout,
 		"How long each mount may take to answer a request across mounts (mounts/*/proxy): a list whole, a watch its start. A mount slower than this is left out and named in a Warning; the others answer within it.")
+	fs.DurationVar(&o.EventTTL, "event-ttl", o.EventTTL,
+		"Standalone mode: how long the server keeps an Event of its own objects (a mount's phase changes, shown by kubectl describe mount) after it last happened. With a host cluster, the host keeps them.")
+	fs.IntVar(&o.MaxEvents, "max-events", o.MaxEvents,
+		"Standalone mode: how many Events the server keeps at most; when there are as many, the oldest tenth is removed before the next is written.")
 	fs.BoolVar(&o.KcpMode, "kcp-mode", o.KcpMode,
 		"Serve cluster-aware paths as kcp's APIExport virtual storage forwards them: /clusters/<logical-cluster>/apis/mounts.kcp.io/... for every verb, and /clusters/*/... to list and watch across logical clusters. See docs/kcp-mode.md.")
 	fs.StringSliceVar(&o.ProxyAllowedTargets, "proxy-allowed-targets", o.ProxyAllowedTargets,
@@ -352,6 +366,12 @@ func (o CompletedOptions) Validate() error {
 	}
 	if o.FanOutMemberTimeout <= 0 {
 		errs = append(errs, errors.New("--fanout-member-timeout must be positive"))
+	}
+	if o.EventTTL < time.Second {
+		errs = append(errs, errors.New("--event-ttl must be at least 1s"))
+	}
+	if o.MaxEvents < 1 {
+		errs = append(errs, errors.New("--max-events must be at least 1"))
 	}
 	if o.ProxyMaxHops < 1 {
 		errs = append(errs, errors.New("--proxy-max-hops must be at least 1"))
