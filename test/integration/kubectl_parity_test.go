@@ -1,12 +1,20 @@
 package integration
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,6 +31,16 @@ type parityCommand struct {
 	pod   bool
 	args  []string
 	stdin string
+	// until, for commands that run until stopped (logs -f, port-forward, proxy): kubectl is
+	// stopped once its output matches; the output up to the match is compared.
+	until *regexp.Regexp
+	// probe, with until, uses what kubectl serves (the match's groups) and says what it got.
+	probe func(t *testing.T, match []string, ns string) string
+	// then says what the command left behind in its directory TMP (kubectl cp).
+	then func(dir string) string
+	// unordered: the output's lines come from streams that race each other (stdout and
+	// stderr of exec), in any order either way; they are compared sorted.
+	unordered bool
 }
 
 // parityCommands are kubectl's everyday commands. Pods run on the framework's kubelet (exec
@@ -58,6 +76,109 @@ var parityCommands = []parityCommand{
 	{name: "get --raw", args: []string{"get", "--raw", "/api/v1/namespaces/NS"}},
 	{name: "logs", pod: true, args: []string{"logs", "p", "-n", "NS"}},
 	{name: "exec", pod: true, args: []string{"exec", "p", "-n", "NS", "--", "echo", "hello"}},
+	// The kubelet sends more than three lines only to a follower.
+	{name: "logs -f", pod: true, args: []string{"logs", "-f", "p", "-n", "NS"}, until: regexp.MustCompile(`log line 5\n`)},
+	// The test kubelet's container echoes what is attached to its stdin.
+	{name: "attach", pod: true, stdin: "hello\n", args: []string{"attach", "p", "-n", "NS", "-i"}},
+	{name: "exec with stderr and exit code", pod: true, unordered: true, args: []string{"exec", "p", "-n", "NS", "--", "sh", "-c", "echo out; echo err >&2; exit 3"}},
+	// kubectl cp runs tar in the pod (on this machine) and unpacks its output. It exits when
+	// the archive ends, without waiting for tar's stderr ("Removing leading '/'"), which
+	// then shows or not, either way: only the copy is compared.
+	{name: "cp", pod: true, args: []string{"cp", "NS/p:SRC", "TMP/copied"}, then: func(dir string) string {
+		data, err := os.ReadFile(filepath.Join(dir, "copied"))
+		if err != nil {
+			return err.Error()
+		}
+		return "copied: " + string(data)
+	}},
+	// The test kubelet forwards to 127.0.0.1 of this machine: an echo server there.
+	{name: "port-forward", pod: true, args: []string{"port-forward", "pod/p", "-n", "NS", ":ECHO"},
+		until: regexp.MustCompile(`Forwarding from 127\.0\.0\.1:(\d+) -> \d+\n`), probe: probeEcho},
+	{name: "debug", pod: true, args: []string{"debug", "p", "-n", "NS", "--image=busybox", "--container=dbg"}},
+	// The target serves no metrics: both ways must say so alike.
+	{name: "top", pod: true, args: []string{"top", "pod", "-n", "NS"}},
+	// kubectl proxy drops the kubeconfig's server path unless told to keep it (it warns).
+	{name: "proxy", args: []string{"proxy", "--port=0"}, until: regexp.MustCompile(`Starting to serve on 127\.0\.0\.1:(\d+)\n`), probe: probeProxy},
+	{name: "proxy --append-server-path", args: []string{"proxy", "--port=0", "--append-server-path"}, until: regexp.MustCompile(`Starting to serve on 127\.0\.0\.1:(\d+)\n`), probe: probeProxy},
+}
+
+// probeEcho sends a line through a port-forward's local port and reads what came back.
+func probeEcho(t *testing.T, match []string, _ string) string {
+	conn, err := net.DialTimeout("tcp", "127.0.0.1:"+match[1], 10*time.Second)
+	if err != nil {
+		return "dial: " + err.Error()
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+	if _, err := conn.Write([]byte("ping\n")); err != nil {
+		return "write: " + err.Error()
+	}
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		return "read: " + err.Error()
+	}
+	return "echoed: " + line
+}
+
+// probeProxy reads the namespace through kubectl proxy's local port.
+func probeProxy(t *testing.T, match []string, ns string) string {
+	resp, err := http.Get("http://127.0.0.1:" + match[1] + "/api/v1/namespaces/" + ns)
+	if err != nil {
+		return "get: " + err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	return fmt.Sprintf("proxied: %d %s", resp.StatusCode, body)
+}
+
+// runKubectlUntil runs kubectl until its output matches until (at most a minute), then calls
+// probe with the match, stops kubectl and returns the output up to the match and what probe
+// said. Exit code 0 means the output matched.
+func runKubectlUntil(t *testing.T, bin, cache, kubeconfig string, until *regexp.Regexp, probe func([]string) string, args ...string) kubectlResult {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, append([]string{"--kubeconfig", kubeconfig}, args...)...)
+	cmd.Env = append(os.Environ(), "KUBECACHEDIR="+cache)
+	var out lockedBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return kubectlResult{out: err.Error(), exitCode: -1}
+	}
+	defer func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}()
+	for ctx.Err() == nil {
+		text := out.String()
+		if loc := until.FindStringSubmatchIndex(text); loc != nil {
+			r := kubectlResult{out: text[:loc[1]], took: time.Since(start)}
+			if probe != nil {
+				r.out += probe(until.FindStringSubmatch(text))
+			}
+			return r
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return kubectlResult{out: out.String(), exitCode: -1, took: time.Since(start)}
+}
+
+// lockedBuffer collects a process's output while it is read.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // parityNoise is what differs between any two runs, not between the ways: times, ages, UIDs,
@@ -71,6 +192,9 @@ var parityNoise = []struct {
 	{regexp.MustCompile(`\b\d+(\.\d+)?(ms|s|m|h|d)\b`), "AGE"},
 	{regexp.MustCompile(`https://127\.0\.0\.1:\d+\S*`), "URL"},
 	{regexp.MustCompile(`/tmp/\S+`), "FILE"},
+	{regexp.MustCompile(`127\.0\.0\.1:\d+`), "ADDR"},
+	{regexp.MustCompile(`debugger-[a-z0-9]+`), "debugger-X"},
+	{regexp.MustCompile("tar: Removing leading `/' from member names"), ""},
 	{regexp.MustCompile(`\s+`), " "},
 }
 
@@ -94,6 +218,11 @@ func TestKubectlThroughMountAsDirect(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(kubelet.Stop)
+	echo := startEchoServer(t)
+	src := filepath.Join(t.TempDir(), "src.txt")
+	if err := os.WriteFile(src, []byte("copied through the pod\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	results := map[string]string{}
 	for i, c := range parityCommands {
 		t.Run(c.name, func(t *testing.T) {
@@ -102,10 +231,11 @@ func TestKubectlThroughMountAsDirect(t *testing.T) {
 				if r := runKubectlWith(ctx, m.kubectl, m.cache, m.direct, "", time.Minute, "create", "namespace", ns); r.exitCode != 0 {
 					t.Fatalf("create namespace %s: %s", ns, r.out)
 				}
+				dir := t.TempDir()
 				sub := func(args []string) []string {
 					out := make([]string, len(args))
 					for j, a := range args {
-						out[j] = strings.ReplaceAll(a, "NS", ns)
+						out[j] = strings.NewReplacer("NS", ns, "TMP", dir, "SRC", src, "ECHO", echo).Replace(a)
 					}
 					return out
 				}
@@ -119,14 +249,29 @@ func TestKubectlThroughMountAsDirect(t *testing.T) {
 						t.Fatalf("setup %v: %s", s, r.out)
 					}
 				}
-				return runKubectlWith(ctx, m.kubectl, t.TempDir(), kubeconfig, strings.ReplaceAll(c.stdin, "NS", ns), time.Minute, sub(c.args)...), ns
+				if c.until != nil {
+					var probe func([]string) string
+					if c.probe != nil {
+						probe = func(match []string) string { return c.probe(t, match, ns) }
+					}
+					return runKubectlUntil(t, m.kubectl, t.TempDir(), kubeconfig, c.until, probe, sub(c.args)...), ns
+				}
+				r := runKubectlWith(ctx, m.kubectl, t.TempDir(), kubeconfig, strings.ReplaceAll(c.stdin, "NS", ns), time.Minute, sub(c.args)...)
+				if c.then != nil {
+					r.out += "\n" + c.then(dir)
+				}
+				return r, ns
 			}
 			direct, dns := run("direct", m.direct)
 			via, vns := run("mount", m.viaMount)
+			if c.unordered {
+				direct.out, via.out = sortedLines(direct.out), sortedLines(via.out)
+			}
 			d, v := normalizeParity(direct.out, dns), normalizeParity(via.out, vns)
 			switch {
 			case direct.exitCode == via.exitCode && d == v:
 				results[c.name] = "works"
+				t.Logf("both ways: exit %d, %.300s", via.exitCode, v)
 			default:
 				results[c.name] = "differs"
 				t.Logf("direct: exit %d\n%s\nthrough the mount: exit %d\n%s", direct.exitCode, direct.out, via.exitCode, via.out)
@@ -152,4 +297,32 @@ func TestKubectlThroughMountAsDirect(t *testing.T) {
 		}
 	}
 	t.Logf("the table of this run:\n%s", table.String())
+}
+
+// startEchoServer listens on loopback and echoes each connection's bytes; it returns the port.
+func startEchoServer(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				_, _ = io.Copy(conn, conn)
+			}()
+		}
+	}()
+	return fmt.Sprint(ln.Addr().(*net.TCPAddr).Port)
+}
+
+func sortedLines(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	slices.Sort(lines)
+	return strings.Join(lines, "\n")
 }
