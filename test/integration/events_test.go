@@ -49,6 +49,7 @@ func TestStandaloneEvents(t *testing.T) {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+	t.Logf("kubectl describe mount lost:\n%s", described.out[strings.Index(described.out, "Events:"):])
 	if !regexpMatch(`(?m)^\s+(Normal|Warning)\s+\w+\s+\S+\s+mount-status\s+Phase `, described.out) {
 		t.Errorf("kubectl describe mount lost: the Event is not the status controller's:\n%s", described.out)
 	}
