@@ -2,6 +2,7 @@ package peers
 
 import (
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -23,11 +24,18 @@ type Options struct {
 	// PeerServerName is the name verified in other replicas' serving certificates; empty
 	// verifies the host of their peer URL.
 	PeerServerName string
+	// LeaseRenewalsQPS bounds this replica's renewals of its sessions' ownership Leases, all
+	// together (OwnersConfig.RenewalsPerSecond).
+	LeaseRenewalsQPS float64
 }
+
+// DefaultLeaseRenewalsQPS lets 400 sessions renew every 20 s; past that each is renewed less
+// often: 10,000 sessions put 20 writes a second on the host instead of 500.
+const DefaultLeaseRenewalsQPS = 20
 
 // NewOptions returns the defaults.
 func NewOptions() *Options {
-	return &Options{}
+	return &Options{LeaseRenewalsQPS: DefaultLeaseRenewalsQPS}
 }
 
 // AddFlags adds the flags to fs (the "tunnel peers" flag set).
@@ -38,6 +46,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"PEM bundle of the CAs that sign the other replicas' serving certificates, to verify them on the hop to the replica that holds a tunnel session. Defaults to the CA of the generated serving certificate (replicas sharing one PKI); without either, requests for sessions held by other replicas get 503.")
 	fs.StringVar(&o.PeerServerName, "tunnel-peer-server-name", o.PeerServerName,
 		"Name verified in the other replicas' serving certificates on the hop, instead of the host of their peer URL: replicas of a Deployment dial each other's pod IP and verify the Service name that their shared serving certificate covers (e.g. mount-apiserver.mount-apiserver.svc).")
+	fs.Float64Var(&o.LeaseRenewalsQPS, "tunnel-lease-renewals-qps", o.LeaseRenewalsQPS,
+		"Renewals per second of the host Leases that say which replica holds each tunnel session, over all sessions of this replica (aggregated mode). Up to 20 s x this many sessions, each is renewed every 20 s (Leases of 60 s); past that each less often, with Leases written three times as long, so the host sees at most this many writes a second. A session that moves to another replica takes its Lease over at once. 0: no bound.")
 }
 
 // Validate checks the options.
@@ -52,6 +62,9 @@ func (o *Options) Validate() []error {
 		if msgs := validation.IsDNS1123Subdomain(o.PeerServerName); len(msgs) > 0 && net.ParseIP(o.PeerServerName) == nil {
 			errs = append(errs, fmt.Errorf("--tunnel-peer-server-name %q: %s", o.PeerServerName, strings.Join(msgs, ", ")))
 		}
+	}
+	if o.LeaseRenewalsQPS < 0 {
+		errs = append(errs, errors.New("--tunnel-lease-renewals-qps must not be negative"))
 	}
 	if o.PeerCAFile != "" {
 		if _, err := LoadCAFile(o.PeerCAFile); err != nil {

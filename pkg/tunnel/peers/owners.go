@@ -6,7 +6,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -71,13 +73,19 @@ type OwnersConfig struct {
 	// owner renews it. Zero takes the defaults.
 	LeaseDuration time.Duration
 	RenewPeriod   time.Duration
+	// RenewalsPerSecond, if positive, bounds this replica's renewals of all its sessions'
+	// Leases together: with more sessions than RenewPeriod allows at that rate, each is
+	// renewed less often, and written with a duration that outlasts its next renewal.
+	RenewalsPerSecond float64
 	// Clock, nil for the real one.
 	Clock clock.PassiveClock
 }
 
 // Owners records which replica holds the session of each key, in Leases of the host.
 type Owners struct {
-	cfg      OwnersConfig
+	cfg OwnersConfig
+	// held counts the sessions whose Leases this replica holds (renewal budget).
+	held     atomic.Int64
 	clock    clock.PassiveClock
 	factory  informers.SharedInformerFactory
 	lister   coordinationlisters.LeaseNamespaceLister
@@ -178,30 +186,69 @@ func (o *Owners) Hold(ctx context.Context, key string, renewed func()) (release 
 	return cancel
 }
 
+// renewPeriod is how often each of held sessions' Leases is renewed: RenewPeriod, or longer
+// when the sessions would renew faster than RenewalsPerSecond together.
+func (cfg OwnersConfig) renewPeriod(held int64) time.Duration {
+	p := cfg.RenewPeriod
+	if cfg.RenewalsPerSecond > 0 {
+		if spread := time.Duration(float64(held) / cfg.RenewalsPerSecond * float64(time.Second)); spread > p {
+			p = spread
+		}
+	}
+	return p
+}
+
+// leaseDuration is the duration a Lease renewed every period is written with: as long past
+// its renewal as LeaseDuration is past RenewPeriod, so that it never expires between two.
+func (cfg OwnersConfig) leaseDuration(period time.Duration) time.Duration {
+	if period <= cfg.RenewPeriod {
+		return cfg.LeaseDuration
+	}
+	return time.Duration(float64(period) * float64(cfg.LeaseDuration) / float64(cfg.RenewPeriod)).Truncate(time.Second)
+}
+
+// renewedWithin is when a Lease written with duration must be renewed: at the same share of
+// its duration as RenewPeriod is of LeaseDuration.
+func (cfg OwnersConfig) renewedWithin(duration time.Duration) time.Duration {
+	return time.Duration(float64(duration) * float64(cfg.RenewPeriod) / float64(cfg.LeaseDuration))
+}
+
 func (o *Owners) hold(ctx context.Context, key, id string, renewed func()) {
 	logger := klog.FromContext(ctx).WithValues("sessionKey", key, "lease", LeaseName(key))
 	ctx = klog.NewContext(ctx, logger)
+	o.held.Add(1)
+	defer o.held.Add(-1)
 	defer o.release(ctx, key, id)
-	t := time.NewTicker(o.cfg.RenewPeriod)
+	// The next renewal comes within a third of the duration last written (a budget that
+	// lengthened the period since must not let the Lease lapse first), jittered so that the
+	// sessions of a reconnect storm do not renew in step.
+	written := o.cfg.LeaseDuration
+	next := func() time.Duration {
+		p := min(o.cfg.renewPeriod(o.held.Load()), o.cfg.renewedWithin(written))
+		return p - time.Duration(rand.Int64N(int64(p)/10+1))
+	}
+	t := time.NewTimer(next())
 	defer t.Stop()
 	// The claim is retried on every tick until it succeeds: until then the session is served
 	// only by this replica.
 	claimed := false
 	var reportSoon <-chan time.Time
 	for {
+		duration := o.cfg.leaseDuration(o.cfg.renewPeriod(o.held.Load()))
 		if !claimed {
-			if err := o.write(ctx, key, id, true); err != nil {
+			if err := o.write(ctx, key, id, true, duration); err != nil {
 				if ctx.Err() == nil {
 					logger.Error(err, "Cannot record this replica as the owner of a tunnel session; other replicas cannot reach it yet")
 				}
 			} else {
-				claimed = true
+				claimed, written = true, duration
 				logger.V(2).Info("Recorded this replica as the owner of a tunnel session")
 				if renewed != nil {
 					reportSoon = time.After(reportAfterClaim)
 				}
 			}
-		} else if err := o.write(ctx, key, id, false); err == nil {
+		} else if err := o.write(ctx, key, id, false, duration); err == nil {
+			written = duration
 			if renewed != nil {
 				renewed()
 			}
@@ -215,6 +262,7 @@ func (o *Owners) hold(ctx context.Context, key, id string, renewed func()) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			t.Reset(next())
 		case <-reportSoon:
 			// Others have seen the Lease by now: a report they contradicted before it
 			// existed is made again.
@@ -229,7 +277,7 @@ var errSuperseded = errors.New("a newer session holds the lease")
 
 // write claims (takeover) or renews the Lease of key for session id. A renewal leaves alone a
 // Lease that another live session holds; it takes back one that was released or expired.
-func (o *Owners) write(ctx context.Context, key, id string, takeover bool) error {
+func (o *Owners) write(ctx context.Context, key, id string, takeover bool, duration time.Duration) error {
 	leases := o.cfg.Client.CoordinationV1().Leases(o.cfg.Namespace)
 	name := LeaseName(key)
 	// A renewal starts from the cache; a conflict, or a claim, reads the host.
@@ -245,7 +293,7 @@ func (o *Owners) write(ctx context.Context, key, id string, takeover bool) error
 		now := metav1.NewMicroTime(o.clock.Now())
 		switch {
 		case apierrors.IsNotFound(err):
-			_, err = leases.Create(ctx, o.newLease(name, key, id, now), metav1.CreateOptions{})
+			_, err = leases.Create(ctx, o.newLease(name, key, id, now, duration), metav1.CreateOptions{})
 		case err != nil:
 			return fmt.Errorf("reading Lease %s/%s: %w", o.cfg.Namespace, name, err)
 		default:
@@ -258,7 +306,7 @@ func (o *Owners) write(ctx context.Context, key, id string, takeover bool) error
 				lease.Spec.AcquireTime = &now
 				lease.Spec.LeaseTransitions = ptr.To(ptr.Deref(lease.Spec.LeaseTransitions, 0) + 1)
 			}
-			o.fill(lease, key, id, now)
+			o.fill(lease, key, id, now, duration)
 			_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
 		}
 		if err == nil {
@@ -272,14 +320,14 @@ func (o *Owners) write(ctx context.Context, key, id string, takeover bool) error
 	return fmt.Errorf("writing Lease %s/%s: conflicting writers", o.cfg.Namespace, name)
 }
 
-func (o *Owners) newLease(name, key, id string, now metav1.MicroTime) *coordinationv1.Lease {
+func (o *Owners) newLease(name, key, id string, now metav1.MicroTime, duration time.Duration) *coordinationv1.Lease {
 	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: o.cfg.Namespace}}
 	lease.Spec.AcquireTime = &now
-	o.fill(lease, key, id, now)
+	o.fill(lease, key, id, now, duration)
 	return lease
 }
 
-func (o *Owners) fill(lease *coordinationv1.Lease, key, id string, now metav1.MicroTime) {
+func (o *Owners) fill(lease *coordinationv1.Lease, key, id string, now metav1.MicroTime, duration time.Duration) {
 	if lease.Labels == nil {
 		lease.Labels = map[string]string{}
 	}
@@ -291,7 +339,7 @@ func (o *Owners) fill(lease *coordinationv1.Lease, key, id string, now metav1.Mi
 	lease.Annotations[AnnotationSessionKey] = key
 	lease.Annotations[AnnotationSessionID] = id
 	lease.Spec.HolderIdentity = ptr.To(o.cfg.Identity)
-	lease.Spec.LeaseDurationSeconds = ptr.To(int32(o.cfg.LeaseDuration / time.Second))
+	lease.Spec.LeaseDurationSeconds = ptr.To(int32(duration / time.Second))
 	lease.Spec.RenewTime = &now
 }
 

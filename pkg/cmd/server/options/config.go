@@ -442,11 +442,12 @@ func (o CompletedOptions) tunnelPeers(hostConfig *rest.Config, host kubernetes.I
 	}
 	owners, err := peers.NewOwners(peers.OwnersConfig{
 		// The status controller's Lease client has its own rate limiter too; the sessions'
-		// renewals share this one, as they are few per second.
-		Client:    host,
-		Namespace: o.LeaderElection.ResourceNamespace,
-		Identity:  o.Tunnel.ReplicaName + "_" + uuid.NewString(),
-		PeerURL:   peerURL,
+		// renewals share this one, bounded by --tunnel-lease-renewals-qps.
+		Client:            host,
+		Namespace:         o.LeaderElection.ResourceNamespace,
+		Identity:          o.Tunnel.ReplicaName + "_" + uuid.NewString(),
+		PeerURL:           peerURL,
+		RenewalsPerSecond: o.TunnelPeers.LeaseRenewalsQPS,
 	})
 	if err != nil {
 		return nil, err
