@@ -219,13 +219,14 @@ func (o *Owners) hold(ctx context.Context, key, id string, renewed func()) {
 	o.held.Add(1)
 	defer o.held.Add(-1)
 	defer o.release(ctx, key, id)
-	// The next renewal comes within a third of the duration last written (a budget that
-	// lengthened the period since must not let the Lease lapse first), jittered so that the
-	// sessions of a reconnect storm do not renew in step.
+	// The next renewal comes at the period, but no later than the share of the duration last
+	// written that the period is of a Lease (a budget that lengthened the period since must
+	// not let the Lease lapse first); up to a tenth later, so that the sessions of a reconnect
+	// storm do not renew in step and the budget holds on average. A Lease lasts three periods.
 	written := o.cfg.LeaseDuration
 	next := func() time.Duration {
 		p := min(o.cfg.renewPeriod(o.held.Load()), o.cfg.renewedWithin(written))
-		return p - time.Duration(rand.Int64N(int64(p)/10+1))
+		return p + time.Duration(rand.Int64N(int64(p)/10+1))
 	}
 	t := time.NewTimer(next())
 	defer t.Stop()
