@@ -225,6 +225,18 @@ func TestNetnsSweepsOrphans(t *testing.T) {
 	}
 	exited := make(chan struct{})
 	go func() { _ = left.Wait(); close(exited) }()
+	// Sweep only once sleep runs in the orphan: a sweep while ip is still entering it finds
+	// no process there, and sleep then lives on in the deleted namespace.
+	for start := time.Now(); ; time.Sleep(20 * time.Millisecond) {
+		out, err := exec.Command("ip", "netns", "pids", orphan).Output()
+		if err == nil && strings.TrimSpace(string(out)) != "" {
+			break
+		}
+		if time.Since(start) > 10*time.Second {
+			_ = left.Process.Kill()
+			t.Fatalf("sleep did not start in %s: %v %s", orphan, err, out)
+		}
+	}
 
 	framework.NewNetns(t)
 	if _, err := os.Stat(filepath.Join("/var/run/netns", orphan)); !os.IsNotExist(err) {
