@@ -2,7 +2,6 @@ package integration
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -14,7 +13,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -35,7 +33,7 @@ type parityCommand struct {
 	// stopped once its output matches; the output up to the match is compared.
 	until *regexp.Regexp
 	// probe, with until, uses what kubectl serves (the match's groups) and says what it got.
-	probe func(t *testing.T, match []string, ns string) string
+	probe func(match []string, ns string) string
 	// then says what the command left behind in its directory TMP (kubectl cp).
 	then func(dir string) string
 	// unordered: the output's lines come from streams that race each other (stdout and
@@ -103,7 +101,7 @@ var parityCommands = []parityCommand{
 }
 
 // probeEcho sends a line through a port-forward's local port and reads what came back.
-func probeEcho(t *testing.T, match []string, _ string) string {
+func probeEcho(match []string, _ string) string {
 	conn, err := net.DialTimeout("tcp", "127.0.0.1:"+match[1], 10*time.Second)
 	if err != nil {
 		return "dial: " + err.Error()
@@ -121,7 +119,7 @@ func probeEcho(t *testing.T, match []string, _ string) string {
 }
 
 // probeProxy reads the namespace through kubectl proxy's local port.
-func probeProxy(t *testing.T, match []string, ns string) string {
+func probeProxy(match []string, ns string) string {
 	resp, err := http.Get("http://127.0.0.1:" + match[1] + "/api/v1/namespaces/" + ns)
 	if err != nil {
 		return "get: " + err.Error()
@@ -134,12 +132,12 @@ func probeProxy(t *testing.T, match []string, ns string) string {
 // runKubectlUntil runs kubectl until its output matches until (at most a minute), then calls
 // probe with the match, stops kubectl and returns the output up to the match and what probe
 // said. Exit code 0 means the output matched.
-func runKubectlUntil(t *testing.T, bin, cache, kubeconfig string, until *regexp.Regexp, probe func([]string) string, args ...string) kubectlResult {
+func runKubectlUntil(bin, cache, kubeconfig string, until *regexp.Regexp, probe func([]string) string, args ...string) kubectlResult {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, append([]string{"--kubeconfig", kubeconfig}, args...)...)
 	cmd.Env = append(os.Environ(), "KUBECACHEDIR="+cache)
-	var out lockedBuffer
+	var out syncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
@@ -161,24 +159,6 @@ func runKubectlUntil(t *testing.T, bin, cache, kubeconfig string, until *regexp.
 		time.Sleep(50 * time.Millisecond)
 	}
 	return kubectlResult{out: out.String(), exitCode: -1, took: time.Since(start)}
-}
-
-// lockedBuffer collects a process's output while it is read.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // parityNoise is what differs between any two runs, not between the ways: times, ages, UIDs,
@@ -252,9 +232,9 @@ func TestKubectlThroughMountAsDirect(t *testing.T) {
 				if c.until != nil {
 					var probe func([]string) string
 					if c.probe != nil {
-						probe = func(match []string) string { return c.probe(t, match, ns) }
+						probe = func(match []string) string { return c.probe(match, ns) }
 					}
-					return runKubectlUntil(t, m.kubectl, t.TempDir(), kubeconfig, c.until, probe, sub(c.args)...), ns
+					return runKubectlUntil(m.kubectl, t.TempDir(), kubeconfig, c.until, probe, sub(c.args)...), ns
 				}
 				r := runKubectlWith(ctx, m.kubectl, t.TempDir(), kubeconfig, strings.ReplaceAll(c.stdin, "NS", ns), time.Minute, sub(c.args)...)
 				if c.then != nil {
