@@ -264,7 +264,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 
 	if c.Extra.Status.Enabled {
-		if err := generic.AddPostStartHook("start-mount-status-controller", startStatusController(c.Extra.Status, proxier, sessions, c.Extra.HostClient)); err != nil {
+		if err := generic.AddPostStartHook("start-mount-status-controller", startStatusController(c.Extra.Status, proxier, sessions, agents, c.Extra.HostClient)); err != nil {
 			return nil, fmt.Errorf("adding post-start hook: %w", err)
 		}
 	}
@@ -284,7 +284,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		// are released when they end, at the latest when the server closes them all.
 		// Each renewal reports the session again: the leader's status controller, probing
 		// before it could know of a new session, may have said that no agent is connected.
-		sessions.Watch(tp.Owners.Follow(klog.NewContext(context.Background(), klog.Background().WithName("tunnel-peers")), agents.Observe))
+		sessions.Watch(tp.Owners.Follow(klog.NewContext(context.Background(), klog.Background().WithName("tunnel-peers")), agents.Reaffirm))
 		if err := generic.AddPostStartHook("start-tunnel-peers", startTunnelPeers(tp, c.Extra.HostClient)); err != nil {
 			return nil, fmt.Errorf("adding post-start hook: %w", err)
 		}

@@ -21,7 +21,9 @@ import (
 	componentbaseconfig "k8s.io/component-base/config"
 	"k8s.io/klog/v2"
 
+	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
 	"github.com/kcp-dev/mount-apiserver/pkg/clusters"
+	"github.com/kcp-dev/mount-apiserver/pkg/controller/agentconnected"
 	"github.com/kcp-dev/mount-apiserver/pkg/controller/status"
 	clientset "github.com/kcp-dev/mount-apiserver/pkg/generated/clientset/versioned"
 	informers "github.com/kcp-dev/mount-apiserver/pkg/generated/informers/externalversions"
@@ -58,7 +60,8 @@ type StatusConfig struct {
 
 // startStatusController is the post-start hook that runs the status controller on the
 // server's own API through the loopback client.
-func startStatusController(cfg StatusConfig, proxier *proxy.Proxier, sessions *tunnel.Sessions, host kubernetes.Interface) genericapiserver.PostStartHookFunc {
+// agents, if not nil, reads the mounts of its sessions from the controller's cache.
+func startStatusController(cfg StatusConfig, proxier *proxy.Proxier, sessions *tunnel.Sessions, agents *agentconnected.Controller, host kubernetes.Interface) genericapiserver.PostStartHookFunc {
 	return func(hookCtx genericapiserver.PostStartHookContext) error {
 		logger := klog.FromContext(hookCtx).WithName(status.ControllerName)
 		// Status writes go to this very server, which max-in-flight protects; the loopback
@@ -129,6 +132,20 @@ func startStatusController(cfg StatusConfig, proxier *proxy.Proxier, sessions *t
 			},
 		}); err != nil {
 			return fmt.Errorf("adding mount delete handler: %w", err)
+		}
+		if agents != nil {
+			informer := mountInformer.Informer()
+			agents.ReadFrom(func(m tunnel.Mount) *v1alpha1.Mount {
+				if !informer.HasSynced() {
+					return nil
+				}
+				obj, ok, err := informer.GetIndexer().GetByKey(status.KeyOf(m.Cluster, m.Name))
+				if err != nil || !ok {
+					return nil
+				}
+				mount, _ := obj.(*v1alpha1.Mount)
+				return mount
+			})
 		}
 		if ws, ok := proxier.Secrets.(*proxy.WatchedSecrets); ok {
 			ws.OnChange(ctrl.SecretChanged)

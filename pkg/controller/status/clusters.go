@@ -42,6 +42,14 @@ func Key(m *v1alpha1.Mount) string {
 	return m.Name
 }
 
+// KeyOf is the Key of the mount name of cluster.
+func KeyOf(cluster clusters.Name, name string) string {
+	if cluster == clusters.DefaultCluster || cluster == "" {
+		return name
+	}
+	return string(cluster) + "/" + name
+}
+
 // ClusterProxyURL is the URL of a mount's proxy below base: ProxyURL for the default
 // cluster, <base>/clusters/<cluster>/apis/... for a mount of a logical cluster, the path kcp
 // (or its front-proxy, with base ending in the mapping's path) forwards to this server.

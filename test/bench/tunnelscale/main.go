@@ -26,6 +26,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -67,6 +68,7 @@ type config struct {
 	serverBin     string
 	keep          bool
 	sessions      int
+	profiles      string
 }
 
 func main() {
@@ -97,6 +99,7 @@ func main() {
 	serverFlags := flag.String("server-flags", "", "extra flags for mount-apiserver, space separated")
 	flag.StringVar(&c.serverBin, "server-binary", "", "mount-apiserver binary to run (default: built from ./cmd/mount-apiserver)")
 	flag.BoolVar(&c.keep, "keep", false, "keep the directory with the logs")
+	flag.StringVar(&c.profiles, "profiles", "", "directory to write profiles of each replica to: CPU over each idle window, heap at its end (cpu-<sessions>-<replica>.pprof, heap-...; go tool pprof -top reads them)")
 	flag.Parse()
 	for _, s := range strings.Split(*levels, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -438,8 +441,12 @@ func (b *bench) idle(ctx context.Context, n int) ([]figures, error) {
 		}
 	}
 	start := time.Now()
+	profiled := b.profile(n)
 	time.Sleep(b.c.window)
 	elapsed := time.Since(start)
+	if err := profiled(); err != nil {
+		return nil, err
+	}
 	var out []figures
 	for i, h := range b.hubs {
 		cpu1, err := cpuTime(h.pid())
@@ -468,6 +475,56 @@ func (b *bench) idle(ctx context.Context, n int) ([]figures, error) {
 	}
 	fmt.Printf("host API calls in that window: %s\n", rates(before, after, elapsed))
 	return out, nil
+}
+
+// profile starts a CPU profile of every replica over the idle window, if asked to, and
+// returns what waits for them to be written. The profiler costs a little CPU of its own.
+func (b *bench) profile(n int) func() error {
+	if b.c.profiles == "" {
+		return func() error { return nil }
+	}
+	errs := make(chan error, len(b.hubs))
+	for i, h := range b.hubs {
+		go func() {
+			errs <- func() error {
+				client, err := rest.HTTPClientFor(h.config(b.admin))
+				if err != nil {
+					return err
+				}
+				for _, p := range []struct{ kind, query string }{{"cpu", fmt.Sprintf("profile?seconds=%d", int(b.c.window.Seconds()))}, {"heap", "heap"}} {
+					path := filepath.Join(b.c.profiles, fmt.Sprintf("%s-%d-%d.pprof", p.kind, n, i+1))
+					if err := fetchProfile(client, h.url()+"/debug/pprof/"+p.query, path); err != nil {
+						return fmt.Errorf("profiling replica %d: %w", i+1, err)
+					}
+				}
+				fmt.Printf("replica %d: CPU profile of the window and heap profile at its end in %s\n", i+1, b.c.profiles)
+				return nil
+			}()
+		}()
+	}
+	return func() error {
+		var all []error
+		for range b.hubs {
+			all = append(all, <-errs)
+		}
+		return errors.Join(all...)
+	}
+}
+
+func fetchProfile(client *http.Client, url, path string) error {
+	resp, err := client.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, body, 0o644)
 }
 
 // growth prints what each session added between the numbers of sessions.
