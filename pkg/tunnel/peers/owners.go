@@ -281,8 +281,10 @@ var errSuperseded = errors.New("a newer session holds the lease")
 func (o *Owners) write(ctx context.Context, key, id string, takeover bool, duration time.Duration) error {
 	leases := o.cfg.Client.CoordinationV1().Leases(o.cfg.Namespace)
 	name := LeaseName(key)
-	// A renewal starts from the cache; a conflict, or a claim, reads the host.
-	fresh := takeover
+	// Writes start from the cache, and a conflict (or a Lease created meanwhile) reads the
+	// host; claims read the host until the cache has listed the Leases once. Claims read
+	// from the host cost each attach of a reconnect storm a GET more.
+	fresh := takeover && !o.informer.HasSynced()
 	for attempt := 0; attempt < 2; attempt++ {
 		var lease *coordinationv1.Lease
 		var err error

@@ -176,9 +176,10 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 		Enabled: o.StatusController,
 		KcpMode: o.KcpMode,
 		Options: status.Options{
-			BaseURL:  strings.TrimSuffix(o.ExternalBaseURL, "/"),
-			Interval: o.StatusProbeInterval,
-			Workers:  o.StatusWorkers,
+			BaseURL:         strings.TrimSuffix(o.ExternalBaseURL, "/"),
+			Interval:        o.StatusProbeInterval,
+			Workers:         o.StatusWorkers,
+			ProbesPerSecond: o.StatusProbesQPS,
 		},
 		LeaderElection: o.LeaderElection,
 	}

@@ -113,6 +113,8 @@ type Options struct {
 	StatusProbeInterval time.Duration
 	// StatusWorkers bounds concurrent probes.
 	StatusWorkers int
+	// StatusProbesQPS bounds the probes of healthy mounts per second, all together.
+	StatusProbesQPS float64
 	// StatusController runs the status controller in this process.
 	StatusController bool
 	// LeaderElection elects the replica that writes status (delegated mode).
@@ -165,6 +167,7 @@ func NewOptions() *Options {
 		MaxEvents:                   DefaultMaxEvents,
 		StatusProbeInterval:         30 * time.Second,
 		StatusWorkers:               16,
+		StatusProbesQPS:             100,
 		StatusController:            true,
 		Kcp:                         NewKcpOptions(),
 		Tunnel:                      NewTunnelOptions(),
@@ -238,6 +241,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.DurationVar(&o.StatusProbeInterval, "status-probe-interval", o.StatusProbeInterval,
 		"How often the status controller probes a healthy mount's target (with 20% jitter); failing targets are retried with per-mount backoff.")
 	fs.IntVar(&o.StatusWorkers, "status-workers", o.StatusWorkers, "Concurrent probes of the status controller.")
+	fs.Float64Var(&o.StatusProbesQPS, "status-probes-qps", o.StatusProbesQPS,
+		"Probes per second of healthy mounts at most, all together: up to --status-probe-interval x this many mounts, each is probed every --status-probe-interval; past that each less often (10,000 mounts at 100: every 100 s). Requests through a mount and its agent's coming and going still move its status at once. 0: no bound.")
 	fs.BoolVar(&o.StatusController, "status-controller", o.StatusController, "Run the status controller, which probes every mount and writes its status. Turn it off where another process writes status.")
 	fs.Int64Var(&o.EmbeddedEtcdQuotaBackendBytes, "embedded-etcd-quota-backend-bytes", o.EmbeddedEtcdQuotaBackendBytes,
 		"Size limit of the embedded etcd's database in bytes; 0 takes etcd's default (2 GiB). Ignored with --etcd-servers.")
@@ -354,6 +359,9 @@ func (o CompletedOptions) Validate() error {
 	}
 	if o.StatusWorkers < 1 {
 		errs = append(errs, errors.New("--status-workers must be at least 1"))
+	}
+	if o.StatusProbesQPS < 0 {
+		errs = append(errs, errors.New("--status-probes-qps must not be negative"))
 	}
 	if o.ProxyConnectTimeout <= 0 {
 		errs = append(errs, errors.New("--proxy-connect-timeout must be positive"))
