@@ -5,10 +5,13 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/apiserver/pkg/authentication/user"
 )
@@ -57,14 +60,37 @@ func (a *Attacher) reauthenticate(ctx context.Context, c *Credentials, agent use
 	req.Header, req.TLS, req.RemoteAddr = c.header.Clone(), c.tls, c.remote
 	resp, ok, err := a.Authenticator.AuthenticateRequest(req)
 	switch {
-	case err != nil:
-		// An error is also what a union of authenticators answers for a token none accepts:
-		// unsure, not a refusal, for recheck.
+	case err != nil && hostUnavailable(err):
 		return nil, &unsureError{fmt.Errorf("%w: %v", errCredentials, err)}
+	case err != nil:
+		// An error is also what authenticators answer for a token they refuse ("invalid
+		// bearer token", the host's reason for a TokenReview that did not authenticate).
+		return nil, fmt.Errorf("%w: %v", errCredentials, err)
 	case !ok || resp == nil || resp.User == nil:
 		return nil, errCredentials
 	case resp.User.GetName() != agent.GetName() || resp.User.GetUID() != agent.GetUID():
 		return nil, fmt.Errorf("%w: they authenticate %q now", errCredentials, resp.User.GetName())
 	}
 	return resp.User, nil
+}
+
+// hostUnavailable says whether err, or one error of an aggregate (what a union of
+// authenticators answers), is a review that got no answer: a timeout, a connection that
+// failed, the host overloaded or failing. Anything else is an answer that refuses.
+func hostUnavailable(err error) bool {
+	var agg utilerrors.Aggregate
+	if errors.As(err, &agg) {
+		for _, e := range agg.Errors() {
+			if hostUnavailable(e) {
+				return true
+			}
+		}
+		return false
+	}
+	var netErr net.Error
+	var urlErr *url.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
+		errors.As(err, &netErr) || errors.As(err, &urlErr) ||
+		apierrors.IsTooManyRequests(err) || apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) ||
+		apierrors.IsServiceUnavailable(err) || apierrors.IsInternalError(err) || apierrors.IsUnexpectedServerError(err)
 }

@@ -125,7 +125,7 @@ func TestRecheckThatCannotDecideIsTriedAgain(t *testing.T) {
 	if !connected() {
 		t.Fatal("the session ended")
 	}
-	// Undecided for an interval: the session ends.
+	// Undecided for UndecidedFor (here the interval): the session ends.
 	setUnsure(true)
 	waitFor(t, "the session to end", func() bool { return !connected() })
 }

@@ -68,7 +68,7 @@ func newHubWith(t *testing.T, m *metrics.KubeRegistry, interval time.Duration, l
 		defer h.mu.Unlock()
 		h.events = append(h.events, e)
 	})
-	attacher := &tunnel.Attacher{Sessions: h.sessions, Interval: interval, Authorizer: authorizer.AuthorizerFunc(func(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+	attacher := &tunnel.Attacher{Sessions: h.sessions, Interval: interval, UndecidedFor: interval, Authorizer: authorizer.AuthorizerFunc(func(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		h.checks++

@@ -69,6 +69,7 @@ type config struct {
 	keep          bool
 	sessions      int
 	profiles      string
+	ramp          float64
 }
 
 func main() {
@@ -99,6 +100,7 @@ func main() {
 	serverFlags := flag.String("server-flags", "", "extra flags for mount-apiserver, space separated")
 	flag.StringVar(&c.serverBin, "server-binary", "", "mount-apiserver binary to run (default: built from ./cmd/mount-apiserver)")
 	flag.BoolVar(&c.keep, "keep", false, "keep the directory with the logs")
+	flag.Float64Var(&c.ramp, "ramp", 0, "new agents started per second at each number of sessions, as a fleet rolls out (0: all at once, an attach storm: 9,000 at once overloaded this machine's host, whose timed-out re-checks then closed sessions)")
 	flag.StringVar(&c.profiles, "profiles", "", "directory to write profiles of each replica to: CPU over each idle window, heap at its end (cpu-<sessions>-<replica>.pprof, heap-...; go tool pprof -top reads them)")
 	flag.Parse()
 	for _, s := range strings.Split(*levels, ",") {
@@ -364,6 +366,9 @@ func (b *bench) measure(ctx context.Context) error {
 		for _, i := range added {
 			if err := b.agents.add(agentName(i), b.fleet.tokens[i]); err != nil {
 				return err
+			}
+			if b.c.ramp > 0 {
+				time.Sleep(time.Duration(float64(time.Second) / b.c.ramp))
 			}
 		}
 		// A loaded 2-core host reviews about 10 attaches a second once it holds thousands of

@@ -39,7 +39,7 @@ func NewTunnelOptions() TunnelOptions {
 // AddFlags adds the tunnel flags to fs.
 func (o *TunnelOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.AuthorizationInterval, "tunnel-authorization-interval", o.AuthorizationInterval,
-		"How often the server checks again that an attached agent's credentials still authenticate it (a token review's cache adds up to its TTL), that an agent which is a ServiceAccount of the host still has it, and that it may still attach (verb create on mounts/attach for its mount); anything revoked closes the session.")
+		"How often the server checks again that an attached agent's credentials still authenticate it (a token review's cache adds up to its TTL), that an agent which is a ServiceAccount of the host still has it, and that it may still attach (verb create on mounts/attach for its mount); anything revoked closes the session. A check the host does not answer is tried again; the session closes once checks have not been answered for 5 minutes (or this interval, if longer).")
 	fs.Float32Var(&o.AuthorizationQPS, "tunnel-authorization-qps", o.AuthorizationQPS,
 		"Sessions checked again per second at most, over all agent sessions of this replica (each check costs the host up to a TokenReview, a ServiceAccount GET and a SubjectAccessReview): with more sessions than this times --tunnel-authorization-interval, each is checked less often than the interval, and the host's load stays bounded (20: at most 60 requests per second; 10,000 sessions are each checked every 8m20s).")
 	fs.IntVar(&o.MaxAttaching, "tunnel-max-attaching", o.MaxAttaching,
