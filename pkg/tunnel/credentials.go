@@ -87,10 +87,9 @@ func hostUnavailable(err error) bool {
 		}
 		return false
 	}
-	var netErr net.Error
-	var urlErr *url.Error
+	var netErr net.Error // *url.Error, what a client's failed request returns, is one
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
-		errors.As(err, &netErr) || errors.As(err, &urlErr) ||
+		errors.As(err, &netErr) ||
 		apierrors.IsTooManyRequests(err) || apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) ||
 		apierrors.IsServiceUnavailable(err) || apierrors.IsInternalError(err) || apierrors.IsUnexpectedServerError(err)
 }

@@ -94,7 +94,12 @@ func (c *Controller) says(m *v1alpha1.Mount, mount tunnel.Mount) bool {
 	if !connected || m.UID != mount.UID || m.Spec.Tunnel == nil {
 		return false
 	}
-	prev := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.ConditionAgentConnected)
+	return c.saysConnected(meta.FindStatusCondition(m.Status.Conditions, v1alpha1.ConditionAgentConnected), since)
+}
+
+// saysConnected reports whether prev is the True condition this replica writes for its
+// session that started at since.
+func (c *Controller) saysConnected(prev *metav1.Condition, since time.Time) bool {
 	return prev != nil && prev.Status == metav1.ConditionTrue && prev.Message == ConnectedMessage(c.replica) &&
 		prev.LastTransitionTime.Time.Equal(since.Truncate(time.Second))
 }
@@ -145,10 +150,10 @@ func (c *Controller) sync(ctx context.Context, m tunnel.Mount) error {
 		cond := metav1.Condition{Type: v1alpha1.ConditionAgentConnected, ObservedGeneration: current.Generation}
 		prev := meta.FindStatusCondition(current.Status.Conditions, v1alpha1.ConditionAgentConnected)
 		if connected {
-			cond.Status, cond.Reason, cond.Message, cond.LastTransitionTime = metav1.ConditionTrue, ReasonAttached, mine, metav1.NewTime(since.Truncate(time.Second))
-			if prev != nil && prev.Status == cond.Status && prev.Message == cond.Message && prev.LastTransitionTime.Equal(&cond.LastTransitionTime) {
+			if c.saysConnected(prev, since) {
 				return nil
 			}
+			cond.Status, cond.Reason, cond.Message, cond.LastTransitionTime = metav1.ConditionTrue, ReasonAttached, mine, metav1.NewTime(since.Truncate(time.Second))
 		} else {
 			if prev != nil && (prev.Status != metav1.ConditionTrue || prev.Message != mine) {
 				return nil

@@ -35,12 +35,7 @@ func ClusterOf(m *v1alpha1.Mount) clusters.Name {
 
 // Key is the work queue and store key of a mount of the controller's cache: its name, and
 // <cluster>/<name> for a mount of a logical cluster.
-func Key(m *v1alpha1.Mount) string {
-	if m.Namespace != "" {
-		return m.Namespace + "/" + m.Name
-	}
-	return m.Name
-}
+func Key(m *v1alpha1.Mount) string { return KeyOf(clusters.Name(m.Namespace), m.Name) }
 
 // KeyOf is the Key of the mount name of cluster.
 func KeyOf(cluster clusters.Name, name string) string {
