@@ -288,6 +288,13 @@ func (f *flow) connections() int {
 	return len(f.conns)
 }
 
+// isDropped says whether the session's bound dropped e.
+func (f *flow) isDropped(e *flowEntry) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return e.drop
+}
+
 // boundedConn is a connection through the session whose reads count against its buffer.
 type boundedConn struct {
 	net.Conn
@@ -297,6 +304,12 @@ type boundedConn struct {
 }
 
 func (c *boundedConn) Read(b []byte) (int, error) {
+	// A dropped connection fails at once: its close runs in a goroutine (received), and
+	// until then remotedialer still hands out what it had buffered, so that a reader could
+	// read a dropped connection's whole answer.
+	if c.flow.isDropped(c.entry) {
+		return 0, errSessionFull
+	}
 	n, err := c.Conn.Read(b)
 	if n > 0 {
 		c.flow.read(c.entry, n)
