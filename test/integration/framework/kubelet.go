@@ -437,7 +437,16 @@ func (kl *Kubelet) ExecInContainer(ctx context.Context, _, _, _ string, cmd []st
 	}
 	c := exec.CommandContext(ctx, cmd[0], cmd[1:]...)
 	if in != nil {
-		c.Stdin = in
+		// Copied outside of Wait: a client may keep stdin open after the command ended,
+		// and Wait must not wait for it (nor cut stdout short to stop waiting).
+		stdin, err := c.StdinPipe()
+		if err != nil {
+			return fmt.Errorf("stdin: %w", err)
+		}
+		go func() {
+			_, _ = io.Copy(stdin, in)
+			_ = stdin.Close()
+		}()
 	}
 	if out != nil {
 		c.Stdout = out
@@ -448,8 +457,8 @@ func (kl *Kubelet) ExecInContainer(ctx context.Context, _, _, _ string, cmd []st
 	case errOut != nil:
 		c.Stderr = errOut
 	}
-	// Do not wait for a stdin copier blocked on a client that keeps stdin open.
-	c.WaitDelay = time.Second
+	// Orphans of the command that keep its stdout open do not hold the stream forever.
+	c.WaitDelay = 10 * time.Second
 	err := c.Run()
 	var exitErr *exec.ExitError
 	switch {
