@@ -25,6 +25,7 @@ import (
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
+	"github.com/kcp-dev/mount-apiserver/pkg/authorization"
 	"github.com/kcp-dev/mount-apiserver/pkg/cborfields"
 	"github.com/kcp-dev/mount-apiserver/pkg/clusters"
 	"github.com/kcp-dev/mount-apiserver/pkg/controller/agentconnected"
@@ -106,6 +107,10 @@ type TunnelConfig struct {
 	// ServiceAccounts, if set, are the host's, whose agents keep their sessions only while
 	// their ServiceAccount exists (tunnel.Attacher.ServiceAccounts).
 	ServiceAccounts corev1client.ServiceAccountsGetter
+	// NamedAgents, if set, is the authorizer (in the server's chain) of mounts that name their
+	// agent; it reads them from the status controller's cache, without which (status off) a
+	// named agent needs verb "create" on mounts/attach like any other.
+	NamedAgents *authorization.NamedAgents
 }
 
 type completedConfig struct {
@@ -264,7 +269,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 
 	if c.Extra.Status.Enabled {
-		if err := generic.AddPostStartHook("start-mount-status-controller", startStatusController(c.Extra.Status, proxier, sessions, agents, c.Extra.HostClient)); err != nil {
+		if err := generic.AddPostStartHook("start-mount-status-controller", startStatusController(c.Extra.Status, proxier, sessions, agents, c.Extra.Tunnel.NamedAgents, c.Extra.HostClient)); err != nil {
 			return nil, fmt.Errorf("adding post-start hook: %w", err)
 		}
 	}

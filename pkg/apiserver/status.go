@@ -22,6 +22,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
+	"github.com/kcp-dev/mount-apiserver/pkg/authorization"
 	"github.com/kcp-dev/mount-apiserver/pkg/clusters"
 	"github.com/kcp-dev/mount-apiserver/pkg/controller/agentconnected"
 	"github.com/kcp-dev/mount-apiserver/pkg/controller/status"
@@ -61,7 +62,7 @@ type StatusConfig struct {
 // startStatusController is the post-start hook that runs the status controller on the
 // server's own API through the loopback client.
 // agents, if not nil, reads the mounts of its sessions from the controller's cache.
-func startStatusController(cfg StatusConfig, proxier *proxy.Proxier, sessions *tunnel.Sessions, agents *agentconnected.Controller, host kubernetes.Interface) genericapiserver.PostStartHookFunc {
+func startStatusController(cfg StatusConfig, proxier *proxy.Proxier, sessions *tunnel.Sessions, agents *agentconnected.Controller, named *authorization.NamedAgents, host kubernetes.Interface) genericapiserver.PostStartHookFunc {
 	return func(hookCtx genericapiserver.PostStartHookContext) error {
 		logger := klog.FromContext(hookCtx).WithName(status.ControllerName)
 		// Status writes go to this very server, which max-in-flight protects; the loopback
@@ -133,18 +134,31 @@ func startStatusController(cfg StatusConfig, proxier *proxy.Proxier, sessions *t
 		}); err != nil {
 			return fmt.Errorf("adding mount delete handler: %w", err)
 		}
+		informer := mountInformer.Informer()
+		cached := func(cluster clusters.Name, name string) *v1alpha1.Mount {
+			if !informer.HasSynced() {
+				return nil
+			}
+			obj, ok, err := informer.GetIndexer().GetByKey(status.KeyOf(cluster, name))
+			if err != nil || !ok {
+				return nil
+			}
+			mount, _ := obj.(*v1alpha1.Mount)
+			return mount
+		}
 		if agents != nil {
-			informer := mountInformer.Informer()
-			agents.ReadFrom(func(m tunnel.Mount) *v1alpha1.Mount {
-				if !informer.HasSynced() {
-					return nil
+			agents.ReadFrom(func(m tunnel.Mount) *v1alpha1.Mount { return cached(m.Cluster, m.Name) })
+		}
+		if named != nil {
+			named.ReadFrom(func(ctx context.Context, name string) (string, bool) {
+				m := cached(clusters.From(ctx), name)
+				if m == nil {
+					return "", false
 				}
-				obj, ok, err := informer.GetIndexer().GetByKey(status.KeyOf(m.Cluster, m.Name))
-				if err != nil || !ok {
-					return nil
+				if m.Spec.Tunnel == nil {
+					return "", true
 				}
-				mount, _ := obj.(*v1alpha1.Mount)
-				return mount
+				return m.Spec.Tunnel.AgentUser, true
 			})
 		}
 		if ws, ok := proxier.Secrets.(*proxy.WatchedSecrets); ok {

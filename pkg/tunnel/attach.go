@@ -89,9 +89,7 @@ func (a *Attacher) Handler(ctx context.Context, m *mounts.Mount) (http.Handler, 
 	if m.Spec.Tunnel == nil {
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("mount %q has no spec.tunnel: its target is reached directly, not through an agent", m.Name))
 	}
-	// Whatever verb the request chain checked (an upgrade is a GET), attaching lends the mount's
-	// traffic to the agent: it needs "create" on mounts/attach for this very name.
-	if err := a.authorize(ctx, agent, m.Name); err != nil {
+	if err := a.authorizeAttach(ctx, agent, m); err != nil {
 		return nil, err
 	}
 	if err := a.checkServiceAccount(ctx, agent); err != nil {
@@ -225,8 +223,20 @@ func (a *Attacher) authorizeOrUnsure(ctx context.Context, agent user.Info, name 
 	return err
 }
 
-func (a *Attacher) authorize(ctx context.Context, agent user.Info, name string) error {
-	_, err := a.authorizeDecision(ctx, agent, name)
+// authorizeAttach decides an attach to m, as read from storage a moment ago. A mount that
+// names its agent decides alone, by that read (the server's authorizer reads a cache, which
+// may lag a change of the name). Otherwise, whatever verb the request chain checked (an
+// upgrade is a GET), attaching lends the mount's traffic to the agent: it needs "create" on
+// mounts/attach for this very name.
+func (a *Attacher) authorizeAttach(ctx context.Context, agent user.Info, m *mounts.Mount) error {
+	if named := m.Spec.Tunnel.AgentUser; named != "" {
+		if agent.GetName() != named {
+			return apierrors.NewForbidden(mounts.Resource("mounts/attach"), m.Name,
+				errors.New("the mount names another user as its agent (spec.tunnel.agentUser); no other may attach"))
+		}
+		return nil
+	}
+	_, err := a.authorizeDecision(ctx, agent, m.Name)
 	return err
 }
 

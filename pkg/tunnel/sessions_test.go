@@ -291,8 +291,9 @@ func TestRevokedAgentIsClosed(t *testing.T) {
 	}
 }
 
-// TestAttachNeedsTunnelAndPermission: the attach handler refuses mounts without spec.tunnel
-// and agents without "create" on mounts/attach for the name, before any upgrade.
+// TestAttachNeedsTunnelAndPermission: the attach handler refuses mounts without spec.tunnel,
+// agents without "create" on mounts/attach for the name, and agents other than the one a
+// mount names, before any upgrade.
 func TestAttachNeedsTunnelAndPermission(t *testing.T) {
 	sessions := tunnel.NewSessions(nil, tunnel.Limits{})
 	deny := authorizer.AuthorizerFunc(func(context.Context, authorizer.Attributes) (authorizer.Decision, string, error) {
@@ -308,8 +309,20 @@ func TestAttachNeedsTunnelAndPermission(t *testing.T) {
 	if _, err := a.Handler(ctx, m); err == nil || !strings.Contains(err.Error(), `"create" on mounts/attach`) {
 		t.Fatalf("agent without permission: %v", err)
 	}
-	// A permitted agent that does not upgrade gets a Status, not a hang.
+	// A mount that names its agent decides by what storage read a moment ago, before any
+	// authorizer: the named user attaches without the permission, and nobody else, not even
+	// one the authorizer allows.
+	named := m.DeepCopy()
+	named.Spec.Tunnel.AgentUser = "agent"
+	if _, err := a.Handler(ctx, named); err != nil {
+		t.Fatalf("the named agent: %v", err)
+	}
+	named.Spec.Tunnel.AgentUser = "another"
 	a.Authorizer = nil
+	if _, err := a.Handler(ctx, named); err == nil || !strings.Contains(err.Error(), "names another user as its agent") {
+		t.Fatalf("an agent the mount does not name: %v", err)
+	}
+	// A permitted agent that does not upgrade gets a Status, not a hang.
 	handler, err := a.Handler(ctx, m)
 	if err != nil {
 		t.Fatal(err)

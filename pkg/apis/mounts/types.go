@@ -76,6 +76,7 @@ const (
 // MountTunnel says that the target is reached through an agent's reverse tunnel.
 type MountTunnel struct {
 	Credentials TunnelCredentials
+	AgentUser   string
 }
 
 // MountRewrites renames a target's APIs as the mount presents them.

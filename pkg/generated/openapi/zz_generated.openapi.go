@@ -809,6 +809,13 @@ func schema_pkg_apis_mounts_v1alpha1_MountTunnel(ref common.ReferenceCallback) c
 							Enum:        []interface{}{"Agent", "Server"},
 						},
 					},
+					"agentUser": {
+						SchemaProps: spec.SchemaProps{
+							Description: "agentUser names the one user that may attach as this mount's agent, as the server authenticates it (a ServiceAccount is system:serviceaccount:<namespace>:<name>). That user needs no permission on mounts/attach, and no other user may attach. Unset: whoever has verb \"create\" on mounts/attach for this mount's name may. Naming the agent spares a fleet one RBAC binding per agent, which the host's authorizer walks on every request. Setting or changing it is authorized like creating the mount.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 				},
 			},
 		},

@@ -26,21 +26,27 @@ import (
 // agentNamespace holds the agents' ServiceAccounts on the host.
 const agentNamespace = "agents"
 
-// agentName is the name of agent i's Mount, ServiceAccount, ClusterRole and binding.
+// agentName is the name of agent i's Mount and ServiceAccount (and ClusterRole and binding, with -agent-bindings).
 func agentName(i int) string { return fmt.Sprintf("agent-%05d", i) }
 
 // fleet creates what each agent needs on the host and the hub, as an operator of a fleet
-// would: a ServiceAccount (the agent's own identity), the right to attach to its one Mount
-// (a ClusterRole limited by resourceNames and its binding, artifacts/agent/hub), the Mount
-// (a tunnel with the server's credentials: the Secret of the target's kubeconfig) and a
-// token of the ServiceAccount.
+// would: a ServiceAccount (the agent's own identity), the Mount (a tunnel with the server's
+// credentials: the Secret of the target's kubeconfig) naming it as its agent, and a token of
+// the ServiceAccount. One binding lets all ServiceAccounts of the agents' namespace attach as
+// far as the host's RBAC goes (its aggregator checks before it forwards); the Mounts decide
+// which agent serves which. With bindings, each agent has instead a ClusterRole limited by
+// resourceNames to its Mount and its binding (artifacts/agent/hub), and the Mount names none.
 type fleet struct {
-	host   kubernetes.Interface
-	mounts clientset.Interface
-	tokens []string
+	host     kubernetes.Interface
+	mounts   clientset.Interface
+	tokens   []string
+	bindings bool
 }
 
-func newFleet(hostAdmin, hubAdmin *rest.Config) (*fleet, error) {
+// agentsGroup is the group of the agents' ServiceAccounts on the host.
+const agentsGroup = "system:serviceaccounts:" + agentNamespace
+
+func newFleet(ctx context.Context, hostAdmin, hubAdmin *rest.Config, bindings bool) (*fleet, error) {
 	hostAdmin, hubAdmin = rest.CopyConfig(hostAdmin), rest.CopyConfig(hubAdmin)
 	// Setting up is not what is measured: no client-side rate limit.
 	hostAdmin.QPS, hubAdmin.QPS = -1, -1
@@ -52,10 +58,15 @@ func newFleet(hostAdmin, hubAdmin *rest.Config) (*fleet, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := host.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agentNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if _, err := host.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agentNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, err
 	}
-	return &fleet{host: host, mounts: mounts}, nil
+	if !bindings {
+		if err := bind(ctx, host, "tunnel-agents", nil, rbacv1.Subject{Kind: rbacv1.GroupKind, Name: agentsGroup}); err != nil {
+			return nil, err
+		}
+	}
+	return &fleet{host: host, mounts: mounts, bindings: bindings}, nil
 }
 
 // grow creates the agents up to n (those from len(f.tokens) on) with workers in parallel,
@@ -119,22 +130,17 @@ func (f *fleet) create(ctx context.Context, i int) (string, error) {
 	if _, err := f.host.CoreV1().ServiceAccounts(agentNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); ignoreExists(err) != nil {
 		return "", err
 	}
-	role := "tunnel-" + name
-	if _, err := f.host.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: role},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"mounts.kcp.io"}, Resources: []string{"mounts/attach"}, ResourceNames: []string{name}, Verbs: []string{"get", "create"}}},
-	}, metav1.CreateOptions{}); ignoreExists(err) != nil {
-		return "", err
-	}
-	if _, err := f.host.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
-		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: agentNamespace}},
-	}, metav1.CreateOptions{}); ignoreExists(err) != nil {
-		return "", err
-	}
 	m := &v1alpha1.Mount{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.MountSpec{
 		Ref:    v1alpha1.ObjectReference{Namespace: "clusters", Name: "bench"},
 		Tunnel: &v1alpha1.MountTunnel{Credentials: v1alpha1.TunnelCredentialsServer},
 	}}
+	if f.bindings {
+		if err := bind(ctx, f.host, "tunnel-"+name, []string{name}, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: agentNamespace}); err != nil {
+			return "", err
+		}
+	} else {
+		m.Spec.Tunnel.AgentUser = "system:serviceaccount:" + agentNamespace + ":" + name
+	}
 	if _, err := f.mounts.MountsV1alpha1().Mounts().Create(ctx, m, metav1.CreateOptions{}); ignoreExists(err) != nil {
 		return "", err
 	}
@@ -144,6 +150,22 @@ func (f *fleet) create(ctx context.Context, i int) (string, error) {
 		return "", err
 	}
 	return tr.Status.Token, nil
+}
+
+// bind lets subject attach to the mounts named (all if none) as far as the host's RBAC goes.
+func bind(ctx context.Context, host kubernetes.Interface, role string, names []string, subject rbacv1.Subject) error {
+	if _, err := host.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: role},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"mounts.kcp.io"}, Resources: []string{"mounts/attach"}, ResourceNames: names, Verbs: []string{"get", "create"}}},
+	}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	if _, err := host.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+		Subjects: []rbacv1.Subject{subject},
+	}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	return nil
 }
 
 // readiness counts the Mounts that are Ready with an agent reported connected (since since, if

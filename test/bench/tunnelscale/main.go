@@ -70,6 +70,7 @@ type config struct {
 	sessions      int
 	profiles      string
 	ramp          float64
+	agentBindings bool
 }
 
 func main() {
@@ -101,6 +102,7 @@ func main() {
 	flag.StringVar(&c.serverBin, "server-binary", "", "mount-apiserver binary to run (default: built from ./cmd/mount-apiserver)")
 	flag.BoolVar(&c.keep, "keep", false, "keep the directory with the logs")
 	flag.Float64Var(&c.ramp, "ramp", 0, "new agents started per second at each number of sessions, as a fleet rolls out (0: all at once, an attach storm: 9,000 at once overloaded this machine's host, whose timed-out re-checks then closed sessions)")
+	flag.BoolVar(&c.agentBindings, "agent-bindings", false, "give each agent a ClusterRole and a binding of its own on the host (resourceNames: its Mount), instead of one binding for the agents' namespace and each Mount naming its agent (spec.tunnel.agentUser); the host's RBAC walks every binding on every request")
 	flag.StringVar(&c.profiles, "profiles", "", "directory to write profiles of each replica to: CPU over each idle window, heap at its end (cpu-<sessions>-<replica>.pprof, heap-...; go tool pprof -top reads them)")
 	flag.Parse()
 	for _, s := range strings.Split(*levels, ",") {
@@ -291,7 +293,7 @@ func (b *bench) setUp(ctx context.Context) error {
 	if _, err := b.host.Client.CoreV1().Secrets("clusters").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "bench"}, Data: map[string][]byte{"kubeconfig": data}}, metav1.CreateOptions{}); err != nil {
 		return err
 	}
-	if b.fleet, err = newFleet(b.admin, b.hubs[0].config(b.admin)); err != nil {
+	if b.fleet, err = newFleet(ctx, b.admin, b.hubs[0].config(b.admin), b.c.agentBindings); err != nil {
 		return err
 	}
 
@@ -361,7 +363,7 @@ func (b *bench) measure(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		fmt.Printf("created %d agents (ServiceAccount, ClusterRole, binding, Mount, token) in %v\n", len(added), time.Since(start).Round(time.Second))
+		fmt.Printf("created %d agents (ServiceAccount, Mount, token; with -agent-bindings a ClusterRole and binding each) in %v\n", len(added), time.Since(start).Round(time.Second))
 		attachStart := time.Now()
 		for _, i := range added {
 			if err := b.agents.add(agentName(i), b.fleet.tokens[i]); err != nil {

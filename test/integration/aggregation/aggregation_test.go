@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -92,6 +93,33 @@ func bind(t *testing.T, userName, clusterRole string) {
 	t.Cleanup(func() {
 		_ = kube.Client.RbacV1().ClusterRoleBindings().Delete(context.Background(), crb.Name, metav1.DeleteOptions{})
 	})
+	// The host's RBAC sees the binding a moment later, and mount-apiserver caches a denial
+	// for seconds: a request sent at once was refused for all the test (seen in CI). Wait
+	// until the host allows the role's first rule.
+	role, err := kube.Client.RbacV1().ClusterRoles().Get(context.Background(), clusterRole, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("ClusterRole %s: %v", clusterRole, err)
+	}
+	if len(role.Rules) == 0 || len(role.Rules[0].Verbs) == 0 || len(role.Rules[0].APIGroups) == 0 || len(role.Rules[0].Resources) == 0 {
+		t.Fatalf("ClusterRole %s has no resource rule first to wait for", clusterRole)
+	}
+	rule := role.Rules[0]
+	attrs := &authorizationv1.ResourceAttributes{Verb: rule.Verbs[0], Group: rule.APIGroups[0], Resource: rule.Resources[0]}
+	if resource, sub, ok := strings.Cut(attrs.Resource, "/"); ok {
+		attrs.Resource, attrs.Subresource = resource, sub
+	}
+	if len(rule.ResourceNames) > 0 {
+		attrs.Name = rule.ResourceNames[0]
+	}
+	err = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		review, err := kube.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+			Spec: authorizationv1.SubjectAccessReviewSpec{User: userName, ResourceAttributes: attrs},
+		}, metav1.CreateOptions{})
+		return err == nil && review.Status.Allowed, nil
+	})
+	if err != nil {
+		t.Fatalf("the host never allowed %s what %s grants: %v", userName, clusterRole, err)
+	}
 }
 
 // deleteMountsAtEnd deletes Mounts of the shared server when the test ends, so that its next

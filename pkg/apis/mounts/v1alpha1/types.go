@@ -151,6 +151,14 @@ type MountTunnel struct {
 	// +optional
 	// +default="Server"
 	Credentials TunnelCredentials `json:"credentials,omitempty"`
+	// agentUser names the one user that may attach as this mount's agent, as the server
+	// authenticates it (a ServiceAccount is system:serviceaccount:<namespace>:<name>). That
+	// user needs no permission on mounts/attach, and no other user may attach. Unset: whoever
+	// has verb "create" on mounts/attach for this mount's name may. Naming the agent spares a
+	// fleet one RBAC binding per agent, which the host's authorizer walks on every request.
+	// Setting or changing it is authorized like creating the mount.
+	// +optional
+	AgentUser string `json:"agentUser,omitempty"`
 }
 
 // MountRewrites renames a target's APIs as the mount presents them.

@@ -7,12 +7,14 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"unicode"
 
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/util/sets"
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apiserver/pkg/authentication/user"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
 )
@@ -24,6 +26,9 @@ const (
 	MaxPrefixLength   = 63
 	MaxCABundleBytes  = 256 * 1024
 	MaxURLLength      = 2048
+	// MaxAgentUserLength bounds spec.tunnel.agentUser; ServiceAccounts' names are at most
+	// 23 + 2*253 long.
+	MaxAgentUserLength = 1024
 )
 
 // Referenced kinds and apiVersions.
@@ -142,7 +147,23 @@ func validateTunnel(spec *mounts.MountSpec, fldPath *field.Path) field.ErrorList
 	default:
 		allErrs = append(allErrs, field.NotSupported(credsPath, c, sets.List(supportedTunnelCredentials)))
 	}
-	return allErrs
+	return append(allErrs, validateAgentUser(spec.Tunnel.AgentUser, tunnelPath.Child("agentUser"))...)
+}
+
+// validateAgentUser checks a user name that may attach as a mount's agent.
+func validateAgentUser(name string, fldPath *field.Path) field.ErrorList {
+	switch {
+	case name == "":
+		return nil
+	case len(name) > MaxAgentUserLength:
+		return field.ErrorList{field.TooLong(fldPath, "", MaxAgentUserLength)}
+	case name == user.Anonymous:
+		// Whoever sends no credentials would carry the mount's traffic.
+		return field.ErrorList{field.Invalid(fldPath, name, "must name an authenticated user, not the anonymous one")}
+	case strings.TrimSpace(name) != name || strings.IndexFunc(name, unicode.IsControl) >= 0:
+		return field.ErrorList{field.Invalid(fldPath, name, "must be a user name as authenticated: no surrounding spaces or control characters")}
+	}
+	return nil
 }
 
 func validateRef(t mounts.MountType, ref *mounts.ObjectReference, fldPath *field.Path) field.ErrorList {

@@ -135,6 +135,26 @@ func TestValidateMount(t *testing.T) {
 			m.Spec.Identity.UserPrefix = "hub:"
 			return m
 		}, nil},
+		{"tunnel naming its agent", func() *mounts.Mount {
+			m := validAgentTunnelMount()
+			m.Spec.Tunnel.AgentUser = "system:serviceaccount:edge:agent-1"
+			return m
+		}, nil},
+		{"tunnel naming the anonymous user as its agent", func() *mounts.Mount {
+			m := validAgentTunnelMount()
+			m.Spec.Tunnel.AgentUser = "system:anonymous"
+			return m
+		}, []string{"FieldValueInvalid spec.tunnel.agentUser"}},
+		{"tunnel naming its agent with a trailing space", func() *mounts.Mount {
+			m := validAgentTunnelMount()
+			m.Spec.Tunnel.AgentUser = "agent "
+			return m
+		}, []string{"FieldValueInvalid spec.tunnel.agentUser"}},
+		{"tunnel naming its agent at length", func() *mounts.Mount {
+			m := validAgentTunnelMount()
+			m.Spec.Tunnel.AgentUser = strings.Repeat("a", MaxAgentUserLength+1)
+			return m
+		}, []string{"FieldValueTooLong spec.tunnel.agentUser"}},
 		{"tunnel credentials missing", func() *mounts.Mount {
 			m := validURLMount()
 			m.Spec.Tunnel = &mounts.MountTunnel{}

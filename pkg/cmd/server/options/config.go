@@ -580,6 +580,9 @@ func (o CompletedOptions) applySecrets(ctx context.Context, cfg *mountapiserver.
 	}
 	// kubectl auth whoami and can-i work for every caller, in every mode.
 	generic.Authorization.Authorizer = authorization.WithSelfReviews(generic.Authorization.Authorizer)
+	// A Mount that names its agent decides who attaches to it, before any delegate.
+	cfg.Extra.Tunnel.NamedAgents = &authorization.NamedAgents{}
+	generic.Authorization.Authorizer = authorization.WithNamedAgents(cfg.Extra.Tunnel.NamedAgents, generic.Authorization.Authorizer)
 	return nil
 }
 

@@ -32,6 +32,13 @@ type MountTunnelApplyConfiguration struct {
 	// (its ServiceAccount) reach the target, spec.ref is empty, and every request impersonates
 	// its caller.
 	Credentials *mountsv1alpha1.TunnelCredentials `json:"credentials,omitempty"`
+	// agentUser names the one user that may attach as this mount's agent, as the server
+	// authenticates it (a ServiceAccount is system:serviceaccount:<namespace>:<name>). That
+	// user needs no permission on mounts/attach, and no other user may attach. Unset: whoever
+	// has verb "create" on mounts/attach for this mount's name may. Naming the agent spares a
+	// fleet one RBAC binding per agent, which the host's authorizer walks on every request.
+	// Setting or changing it is authorized like creating the mount.
+	AgentUser *string `json:"agentUser,omitempty"`
 }
 
 // MountTunnelApplyConfiguration constructs a declarative configuration of the MountTunnel type for use with
@@ -45,5 +52,13 @@ func MountTunnel() *MountTunnelApplyConfiguration {
 // If called multiple times, the Credentials field is set to the value of the last call.
 func (b *MountTunnelApplyConfiguration) WithCredentials(value mountsv1alpha1.TunnelCredentials) *MountTunnelApplyConfiguration {
 	b.Credentials = &value
+	return b
+}
+
+// WithAgentUser sets the AgentUser field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the AgentUser field is set to the value of the last call.
+func (b *MountTunnelApplyConfiguration) WithAgentUser(value string) *MountTunnelApplyConfiguration {
+	b.AgentUser = &value
 	return b
 }
