@@ -31,12 +31,12 @@ func TestNamedAgents(t *testing.T) {
 	agent := &user.DefaultInfo{Name: "system:serviceaccount:edge:agent"}
 	other := &user.DefaultInfo{Name: "system:serviceaccount:edge:other", Groups: []string{user.SystemPrivilegedGroup}}
 	for _, c := range []struct {
-		name                    string
-		who                     user.Info
+		name                      string
+		who                       user.Info
 		verb, subresource, nameOf string
-		delegate                authorizer.Decision
-		want                    authorizer.Decision
-		asked                   bool
+		delegate                  authorizer.Decision
+		want                      authorizer.Decision
+		asked                     bool
 	}{
 		{"the named agent gets", agent, "get", "attach", "edge", authorizer.DecisionNoOpinion, authorizer.DecisionAllow, false},
 		{"the named agent creates", agent, "create", "attach", "edge", authorizer.DecisionDeny, authorizer.DecisionAllow, false},
