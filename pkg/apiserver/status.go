@@ -131,6 +131,22 @@ func startStatusController(cfg StatusConfig, proxier *proxy.Proxier, sessions *t
 					forgetMount(proxier, sessions, status.ClusterOf(m), m.Name, m.UID)
 				}
 			},
+			// A mount that names another agent now closes the session of the one before at
+			// once, on every replica, not at that session's next re-check.
+			UpdateFunc: func(oldObj, newObj any) {
+				old, okOld := oldObj.(*v1alpha1.Mount)
+				m, ok := newObj.(*v1alpha1.Mount)
+				if sessions == nil || !ok || !okOld || m.Spec.Tunnel == nil || m.Spec.Tunnel.AgentUser == "" {
+					return
+				}
+				if old.Spec.Tunnel != nil && old.Spec.Tunnel.AgentUser == m.Spec.Tunnel.AgentUser {
+					return
+				}
+				mount := tunnel.Mount{Cluster: status.ClusterOf(m), Name: m.Name, UID: m.UID}
+				if sessions.CloseOthers(mount, m.Spec.Tunnel.AgentUser) {
+					logger.Info("Closed the agent session of a mount that names another agent", "mount", mount.Label())
+				}
+			},
 		}); err != nil {
 			return fmt.Errorf("adding mount delete handler: %w", err)
 		}

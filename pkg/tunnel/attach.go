@@ -111,7 +111,7 @@ func (a *Attacher) Handler(ctx context.Context, m *mounts.Mount) (http.Handler, 
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
 		go a.recheck(ctx, cancel, agent, creds, mount)
-		a.Sessions.Serve(ctx, w, req, mount)
+		a.Sessions.ServeAgent(ctx, w, req, mount, agent.GetName())
 	}), nil
 }
 

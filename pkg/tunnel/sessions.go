@@ -74,7 +74,9 @@ type Sessions struct {
 // sequence number), so remotedialer never has two sessions of one client key and this type
 // alone decides which session a key dials through.
 type session struct {
-	mount     Mount
+	mount Mount
+	// agent is the user name the agent attached as ("" if not known).
+	agent     string
 	clientKey string
 	since     time.Time
 	flow      *flow
@@ -156,11 +158,16 @@ func (s *Sessions) notify(e Event) {
 // goes, ctx ends, or the session is closed or replaced. The caller has authenticated and
 // authorized the agent for mount.
 func (s *Sessions) Serve(ctx context.Context, w http.ResponseWriter, req *http.Request, mount Mount) {
+	s.ServeAgent(ctx, w, req, mount, "")
+}
+
+// ServeAgent is Serve for an agent known by its user name, which CloseOthers compares.
+func (s *Sessions) ServeAgent(ctx context.Context, w http.ResponseWriter, req *http.Request, mount Mount, agent string) {
 	logger := klog.FromContext(ctx).WithValues("mount", mount.Label())
 	key := mount.Key()
 	s.mu.Lock()
 	s.seq++
-	sess := &session{mount: mount, clientKey: key + "#" + strconv.FormatUint(s.seq, 10), flow: newFlow(s.limits)}
+	sess := &session{mount: mount, agent: agent, clientKey: key + "#" + strconv.FormatUint(s.seq, 10), flow: newFlow(s.limits)}
 	s.mu.Unlock()
 	sess.flow.dropped = func() {
 		logger.V(2).Info("Dropped a tunnel connection: the agent's session holds as many unread bytes as it may")
@@ -274,6 +281,20 @@ func (s *Sessions) Close(key string) bool {
 	sess := s.byKey[key]
 	s.mu.Unlock()
 	if sess == nil {
+		return false
+	}
+	sess.close()
+	return true
+}
+
+// CloseOthers closes the session of m unless the user agent holds it: m now names agent as the
+// only one that may (spec.tunnel.agentUser), and another one's session would otherwise last
+// until its next re-check (minutes at thousands of sessions). It says whether it closed one.
+func (s *Sessions) CloseOthers(m Mount, agent string) bool {
+	s.mu.Lock()
+	sess := s.byKey[m.Key()]
+	s.mu.Unlock()
+	if sess == nil || sess.agent == agent {
 		return false
 	}
 	sess.close()

@@ -274,6 +274,30 @@ func TestCloseAndReplace(t *testing.T) {
 	}
 }
 
+// TestCloseOthers: a mount that names another agent closes the session of the one it held,
+// and only that one.
+func TestCloseOthers(t *testing.T) {
+	h := newHub(t, nil, 0)
+	target := targetServer(t)
+	a := startAgent(t, h, target.Listener.Addr().String(), nil)
+	waitFor(t, "the session", a.Connected)
+	since, _ := h.sessions.Connected(h.key())
+	m := tunnel.Mount{Cluster: clusters.DefaultCluster, Name: h.mount.Name, UID: h.mount.UID}
+	if h.sessions.CloseOthers(m, h.agent.GetName()) {
+		t.Fatal("closed the session of the agent the mount names")
+	}
+	if s, ok := h.sessions.Connected(h.key()); !ok || !s.Equal(since) {
+		t.Fatal("the named agent's session did not last")
+	}
+	if !h.sessions.CloseOthers(m, "system:serviceaccount:edge:another") {
+		t.Fatal("kept the session of an agent the mount no longer names")
+	}
+	waitFor(t, "a new session", func() bool { s, ok := h.sessions.Connected(h.key()); return ok && s.After(since) })
+	if h.sessions.CloseOthers(tunnel.Mount{Cluster: clusters.DefaultCluster, Name: "other", UID: "uid-2"}, "x") {
+		t.Fatal("closed a session of a mount that has none")
+	}
+}
+
 // TestRevokedAgentIsClosed: an agent that loses "create" on mounts/attach loses its session
 // at the next check, and cannot attach again.
 func TestRevokedAgentIsClosed(t *testing.T) {

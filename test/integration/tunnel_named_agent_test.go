@@ -33,8 +33,9 @@ import (
 //     reason;
 //   - a tenant who may update Mounts but not read their Secret cannot name itself the agent
 //     (the field is authorized like creating the mount);
-//   - the admin names a user that runs no agent: the first agent's session ends at its next
-//     check (RBAC still allows it) and nobody takes its place; named, the other one serves;
+//   - the admin names a user that runs no agent: the first agent's session ends (the Mount's
+//     update closes it) and it cannot attach again although RBAC allows it, nor can anyone
+//     else; named, the other one serves;
 //   - an agent with no RBAC binding at all attaches to mount-apiserver directly to a mount
 //     that names it.
 func TestTunnelNamedAgent(t *testing.T) {
@@ -138,8 +139,8 @@ func TestTunnelNamedAgent(t *testing.T) {
 		t.Fatalf("a tenant named the agent: %v", err)
 	}
 
-	// The admin names a user that runs no agent: the named one's session ends at its next
-	// check (RBAC still allows it), and nobody takes its place.
+	// The admin names a user that runs no agent: the named one's session ends, RBAC still
+	// allows it but it cannot attach again, and nobody takes its place.
 	nobody := []byte(`{"spec":{"tunnel":{"agentUser":"system:serviceaccount:agents:nobody"}}}`)
 	if _, err := admin.MountsV1alpha1().Mounts().Patch(ctx, "edge", types.MergePatchType, nobody, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
