@@ -60,7 +60,7 @@ func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) {
 // etcd keeps the compressed JSON.
 func TestCBOR(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	etcd, err := embeddedetcd.Start(ctx, embeddedetcd.Options{Directory: t.TempDir()})
+	etcd, err := embeddedetcd.Start(ctx, embeddedetcd.Options{Directory: t.TempDir(), LogLevel: "warn"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -105,7 +105,7 @@ func TestBinaryRestartKeepsData(t *testing.T) {
 // the layout kcp mode shares.
 func TestExternalEtcd(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	etcd, err := embeddedetcd.Start(ctx, embeddedetcd.Options{Directory: t.TempDir()})
+	etcd, err := embeddedetcd.Start(ctx, embeddedetcd.Options{Directory: t.TempDir(), LogLevel: "warn"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,7 +31,7 @@ import (
 // plain bytes, and it survives a restart with the same root directory (the key is kept).
 func TestStandaloneSecretsAreEncryptedAtRest(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	etcd, err := embeddedetcd.Start(ctx, embeddedetcd.Options{Directory: t.TempDir()})
+	etcd, err := embeddedetcd.Start(ctx, embeddedetcd.Options{Directory: t.TempDir(), LogLevel: "warn"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,10 +7,12 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
 	"github.com/kcp-dev/mount-apiserver/pkg/embeddedetcd"
@@ -22,7 +24,7 @@ import (
 func TestStatusReplicas(t *testing.T) {
 	setupProxy(t)
 	_, ctx := ktesting.NewTestContext(t)
-	etcd, err := embeddedetcd.Start(ctx, embeddedetcd.Options{Directory: t.TempDir()})
+	etcd, err := embeddedetcd.Start(ctx, embeddedetcd.Options{Directory: t.TempDir(), LogLevel: "warn"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,6 +47,21 @@ func TestStatusReplicas(t *testing.T) {
 		}
 		return n
 	}
+	lease := func(t *testing.T) (holder string, transitions int32) {
+		t.Helper()
+		var l *coordinationv1.Lease
+		eventually(t, "the status Lease held", func() (err error) {
+			if l, err = kube.Client.CoordinationV1().Leases("mount-apiserver").Get(context.Background(), "replicas-test", metav1.GetOptions{}); err != nil {
+				return err
+			}
+			if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
+				return fmt.Errorf("no holder")
+			}
+			return nil
+		})
+		return *l.Spec.HolderIdentity, ptr.Deref(l.Spec.LeaseTransitions, 0)
+	}
+	var mountName string
 	client := func(p *framework.Process) *rest.Config {
 		admin := rest.CopyConfig(kube.AdminConfig)
 		admin.Host, admin.CAData = p.URL, p.CAData
@@ -65,26 +82,44 @@ func TestStatusReplicas(t *testing.T) {
 		})
 	}
 
-	if _, err := mountsClient(t, client(replicas[0])).MountsV1alpha1().Mounts().Create(context.Background(), urlMountOf("replica-1", "remote-kubeconfig"), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	// Only the Lease holder writes. A loaded machine (CI runs packages side by side) can delay
+	// a renewal past its deadline so that the Lease changes hands while a mount becomes Ready;
+	// then both replicas may write, rightly. So each attempt counts the writes one mount's
+	// Ready took and is judged only when the Lease kept its holder throughout.
+	var leader, follower *framework.Process
+	for attempt := 1; leader == nil; attempt++ {
+		holder, transitions := lease(t)
+		w0, w1 := writes(replicas[0]), writes(replicas[1])
+		name := fmt.Sprintf("replica-1-%d", attempt)
+		if _, err := mountsClient(t, client(replicas[0])).MountsV1alpha1().Mounts().Create(context.Background(), urlMountOf(name, "remote-kubeconfig"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitReady(replicas[1], name)
+		d0, d1 := writes(replicas[0])-w0, writes(replicas[1])-w1
+		if h, tr := lease(t); h != holder || tr != transitions {
+			t.Logf("attempt %d: the Lease changed hands (%s, %d transitions -> %s, %d) while %s became Ready; writes %d and %d", attempt, holder, transitions, h, tr, name, d0, d1)
+			if attempt == 3 {
+				t.Fatal("the Lease changed hands in each of 3 attempts: leader election cannot keep a holder here")
+			}
+			continue
+		}
+		if (d0 == 0) == (d1 == 0) {
+			t.Fatalf("%s Ready under one Lease holder (%s): replica 0 wrote %d statuses, replica 1 %d; exactly one should write", name, holder, d0, d1)
+		}
+		leader, follower = replicas[0], replicas[1]
+		if d1 > 0 {
+			leader, follower = follower, leader
+		}
+		t.Logf("leader wrote %d statuses for %s, follower %d", max(d0, d1), name, min(d0, d1))
+		mountName = name
 	}
-	waitReady(replicas[1], "replica-1")
-	w0, w1 := writes(replicas[0]), writes(replicas[1])
-	if (w0 == 0) == (w1 == 0) {
-		t.Fatalf("status writes: replica 0 %d, replica 1 %d; exactly one should write", w0, w1)
-	}
-	leader, follower := replicas[0], replicas[1]
-	if w1 > 0 {
-		leader, follower = follower, leader
-	}
-	t.Logf("leader wrote %d statuses, follower %d", max(w0, w1), min(w0, w1))
 
 	// A mount used through both replicas and deleted through one: its metric series go on
 	// both, on the other one through its informer.
 	rita := proxyUser(t, "rita")
 	series := func(p *framework.Process) []string {
 		t.Helper()
-		s, err := framework.MetricSeries(client(p), `mount="replica-1"`)
+		s, err := framework.MetricSeries(client(p), `mount="`+mountName+`"`)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -92,7 +127,7 @@ func TestStatusReplicas(t *testing.T) {
 	}
 	for i, p := range replicas {
 		direct := rest.CopyConfig(rita)
-		direct.Host, direct.CAData = p.URL+proxyPath("replica-1"), p.CAData
+		direct.Host, direct.CAData = p.URL+proxyPath(mountName), p.CAData
 		c, err := kubernetes.NewForConfig(direct)
 		if err != nil {
 			t.Fatal(err)
@@ -104,7 +139,7 @@ func TestStatusReplicas(t *testing.T) {
 			t.Fatalf("replica %d has no series of the mount it proxied", i)
 		}
 	}
-	if err := mountsClient(t, client(replicas[0])).MountsV1alpha1().Mounts().Delete(context.Background(), "replica-1", metav1.DeleteOptions{}); err != nil {
+	if err := mountsClient(t, client(replicas[0])).MountsV1alpha1().Mounts().Delete(context.Background(), mountName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	for i, p := range replicas {
