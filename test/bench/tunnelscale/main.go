@@ -65,6 +65,7 @@ type config struct {
 	failover      string
 	viaAggregator bool
 	serverFlags   []string
+	serverEnv     []string
 	serverBin     string
 	keep          bool
 	sessions      int
@@ -99,6 +100,7 @@ func main() {
 	flag.BoolVar(&c.viaAggregator, "via-aggregator", false, "agents attach through the host's aggregator (as artifacts/agent deploys them) instead of to mount-apiserver directly; the host kube-apiserver then holds two descriptors per agent, which the limit of open files bounds")
 	flag.IntVar(&c.sessions, "sessions-per-agent", 1, "sessions each agent holds (2: to two replicas at once)")
 	serverFlags := flag.String("server-flags", "", "extra flags for mount-apiserver, space separated")
+	serverEnv := flag.String("server-env", "", "extra environment of mount-apiserver only, NAME=value space separated (e.g. GOMEMLIMIT=1400MiB)")
 	flag.StringVar(&c.serverBin, "server-binary", "", "mount-apiserver binary to run (default: built from ./cmd/mount-apiserver)")
 	flag.BoolVar(&c.keep, "keep", false, "keep the directory with the logs")
 	flag.Float64Var(&c.ramp, "ramp", 0, "new agents started per second at each number of sessions, as a fleet rolls out (0: all at once, an attach storm: 9,000 at once overloaded this machine's host, whose timed-out re-checks then closed sessions)")
@@ -114,6 +116,7 @@ func main() {
 		c.levels = append(c.levels, n)
 	}
 	c.serverFlags = strings.Fields(*serverFlags)
+	c.serverEnv = strings.Fields(*serverEnv)
 	if err := run(c); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -245,7 +248,7 @@ func (b *bench) setUp(ctx context.Context) error {
 		args := []string{"--kubeconfig", kubeconfig, "--apiservice-name", framework.APIServiceName,
 			"--etcd-servers", b.etcd.ClientURL, "--tunnel-replica-name", fmt.Sprintf("replica-%d", i+1),
 			"--tunnel-peer-server-name", options.DefaultServingCertHosts[0], "--audit-log-path", ""}
-		h := &hubProcess{bin: bin, root: root, port: port, logPath: filepath.Join(b.dir, fmt.Sprintf("replica-%d.log", i+1)), args: append(args, b.c.serverFlags...)}
+		h := &hubProcess{bin: bin, root: root, port: port, logPath: filepath.Join(b.dir, fmt.Sprintf("replica-%d.log", i+1)), args: append(args, b.c.serverFlags...), env: b.c.serverEnv}
 		b.hubs = append(b.hubs, h)
 		backends = append(backends, "127.0.0.1:"+strconv.Itoa(port))
 	}

@@ -226,6 +226,8 @@ type hubProcess struct {
 	bin, root, logPath string
 	port               int
 	args               []string
+	// env is added to the bench's environment for this process only.
+	env []string
 
 	cmd    *exec.Cmd
 	exited chan struct{}
@@ -245,6 +247,9 @@ func (h *hubProcess) start(ctx context.Context) error {
 	args := append([]string{"--root-directory", h.root, "--secure-port", strconv.Itoa(h.port)}, h.args...)
 	h.cmd = exec.Command(h.bin, args...)
 	h.cmd.Stdout, h.cmd.Stderr = logFile, logFile
+	if len(h.env) > 0 {
+		h.cmd.Env = append(os.Environ(), h.env...)
+	}
 	h.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := h.cmd.Start(); err != nil {
 		logFile.Close()

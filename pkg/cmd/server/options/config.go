@@ -398,10 +398,6 @@ func (o CompletedOptions) applyDelegated(cfg *mountapiserver.Config, ca *pki.PKI
 	if err != nil {
 		return err
 	}
-	// Every create and reference change of a URL mount costs a SubjectAccessReview through this
-	// client, besides Secret watches, events and the Lease: client-go's default 5 QPS would
-	// make the host client the bottleneck of the whole server.
-	hostConfig.QPS, hostConfig.Burst = 100, 200
 	if cfg.Extra.HostClient, err = kubernetes.NewForConfig(hostConfig); err != nil {
 		return fmt.Errorf("creating host cluster client: %w", err)
 	}
@@ -509,17 +505,19 @@ func (o CompletedOptions) peerURL(addr net.Addr) (string, error) {
 // hostConfig is the client configuration of the host cluster: --kubeconfig, or the pod's
 // service account in a cluster.
 func (o CompletedOptions) hostConfig() (*rest.Config, error) {
+	var c *rest.Config
+	var err error
 	if o.Kubeconfig != "" {
-		c, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
-		if err != nil {
+		if c, err = clientcmd.BuildConfigFromFlags("", o.Kubeconfig); err != nil {
 			return nil, fmt.Errorf("loading --kubeconfig %s: %w", o.Kubeconfig, err)
 		}
-		return c, nil
-	}
-	c, err := rest.InClusterConfig()
-	if err != nil {
+	} else if c, err = rest.InClusterConfig(); err != nil {
 		return nil, fmt.Errorf("loading in-cluster config: %w", err)
 	}
+	// Every create and reference change of a URL mount costs a SubjectAccessReview through this
+	// client, every agent's attach a ServiceAccount read and a Lease write: client-go's default
+	// 5 QPS would make the host client the bottleneck of the whole server.
+	c.QPS, c.Burst = o.KubeAPIQPS, o.KubeAPIBurst
 	return c, nil
 }
 

@@ -63,6 +63,12 @@ const DefaultMaxEvents = 1000
 type Options struct {
 	// RootDirectory holds the embedded etcd's data, the generated PKI and the admin kubeconfig.
 	RootDirectory string
+	// KubeAPIQPS and KubeAPIBurst bound the server's main client of the host cluster (delegated
+	// mode): ServiceAccount reads and Lease writes of agents' sessions, SubjectAccessReviews of
+	// lending, Secret watches. The leader election and the Events have limiters of their own at
+	// the same rate.
+	KubeAPIQPS   float32
+	KubeAPIBurst int
 	// EmbeddedEtcdQuotaBackendBytes limits the embedded etcd's size; 0 takes etcd's default.
 	EmbeddedEtcdQuotaBackendBytes int64
 	// Kubeconfig names the host cluster. Set, or running in a pod, the server is an aggregated
@@ -168,6 +174,8 @@ func NewOptions() *Options {
 		StatusProbeInterval:         30 * time.Second,
 		StatusWorkers:               16,
 		StatusProbesQPS:             100,
+		KubeAPIQPS:                  100,
+		KubeAPIBurst:                200,
 		StatusController:            true,
 		Kcp:                         NewKcpOptions(),
 		Tunnel:                      NewTunnelOptions(),
@@ -244,6 +252,10 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.Float64Var(&o.StatusProbesQPS, "status-probes-qps", o.StatusProbesQPS,
 		"Probes per second of healthy mounts at most, all together: up to --status-probe-interval x this many mounts, each is probed every --status-probe-interval; past that each less often (10,000 mounts at 100: every 100 s). Requests through a mount and its agent's coming and going still move its status at once. 0: no bound.")
 	fs.BoolVar(&o.StatusController, "status-controller", o.StatusController, "Run the status controller, which probes every mount and writes its status. Turn it off where another process writes status.")
+	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS,
+		"Delegated mode: requests per second the server sends the host cluster through its main client: agents' attaches (a ServiceAccount read and a Lease write each) and re-checks, Lease renewals of tunnel sessions, SubjectAccessReviews of lending, Secret reads. Raise it with the host's capacity to reconnect large fleets faster: a reconnect storm of 10,000 agents is paced by it (docs/tunnel-scale.md). The leader election and the Events have limiters of their own at this rate.")
+	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst,
+		"Delegated mode: burst of --kube-api-qps, the requests sent at once after a quiet time.")
 	fs.Int64Var(&o.EmbeddedEtcdQuotaBackendBytes, "embedded-etcd-quota-backend-bytes", o.EmbeddedEtcdQuotaBackendBytes,
 		"Size limit of the embedded etcd's database in bytes; 0 takes etcd's default (2 GiB). Ignored with --etcd-servers.")
 	o.Kcp.AddFlags(fss.FlagSet("kcp"))
@@ -359,6 +371,12 @@ func (o CompletedOptions) Validate() error {
 	}
 	if o.StatusWorkers < 1 {
 		errs = append(errs, errors.New("--status-workers must be at least 1"))
+	}
+	if o.KubeAPIQPS <= 0 {
+		errs = append(errs, errors.New("--kube-api-qps must be positive"))
+	}
+	if o.KubeAPIBurst < 1 {
+		errs = append(errs, errors.New("--kube-api-burst must be at least 1"))
 	}
 	if o.StatusProbesQPS < 0 {
 		errs = append(errs, errors.New("--status-probes-qps must not be negative"))

@@ -1,6 +1,8 @@
 package options
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -54,5 +56,59 @@ func TestTunnelMaxAttaching(t *testing.T) {
 	}
 	if err := completed.Validate(); err == nil || !strings.Contains(err.Error(), "--tunnel-max-attaching must be at least 1") {
 		t.Fatalf("%v", err)
+	}
+}
+
+// TestKubeAPIQPS: --kube-api-qps and --kube-api-burst (100 and 200 by default) become the
+// host client's rate, which paces a fleet's reconnect storm; zero or less is refused.
+func TestKubeAPIQPS(t *testing.T) {
+	fss := NewOptions().Flags()
+	fs := fss.FlagSet("mount-apiserver")
+	if f := fs.Lookup("kube-api-qps"); f == nil || f.DefValue != "100" {
+		t.Fatalf("flag %v", f)
+	}
+	if f := fs.Lookup("kube-api-burst"); f == nil || f.DefValue != "200" {
+		t.Fatalf("flag %v", f)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "host.kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: host, cluster: {server: "https://127.0.0.1:6443"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: host, user: u}}]
+current-context: c
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o := NewOptions()
+	parsed := o.Flags()
+	if err := parsed.FlagSet("mount-apiserver").Parse([]string{"--kubeconfig", kubeconfig, "--kube-api-qps", "400", "--kube-api-burst", "800"}); err != nil {
+		t.Fatal(err)
+	}
+	completed, err := o.Complete()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := completed.hostConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.QPS != 400 || c.Burst != 800 {
+		t.Fatalf("host client QPS %v, burst %d", c.QPS, c.Burst)
+	}
+	for _, tc := range []struct {
+		qps   float32
+		burst int
+		want  string
+	}{{0, 200, "--kube-api-qps must be positive"}, {-1, 200, "--kube-api-qps must be positive"}, {100, 0, "--kube-api-burst must be at least 1"}} {
+		o := NewOptions()
+		o.KubeAPIQPS, o.KubeAPIBurst = tc.qps, tc.burst
+		completed, err := o.Complete()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := completed.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Fatalf("%v/%d: %v", tc.qps, tc.burst, err)
+		}
 	}
 }
