@@ -21,6 +21,7 @@ import (
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/kubernetes"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	restclient "k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
@@ -243,7 +244,11 @@ func (c CompletedConfig) New() (*Server, error) {
 		agents = agentconnected.New(sessions, c.Extra.Tunnel.ReplicaName)
 		sessions.Watch(agents.Observe)
 		if err := generic.AddPostStartHook("start-mount-agent-connected", func(hookCtx genericapiserver.PostStartHookContext) error {
-			client, err := clientset.NewForConfig(hookCtx.LoopbackClientConfig)
+			// A reconnect storm needs a write per mount: the loopback default of 50 QPS
+			// would pace 10,000 of them over minutes (see startStatusController).
+			loopback := restclient.CopyConfig(hookCtx.LoopbackClientConfig)
+			loopback.QPS, loopback.Burst = 500, 1000
+			client, err := clientset.NewForConfig(loopback)
 			if err != nil {
 				return fmt.Errorf("creating loopback client: %w", err)
 			}
