@@ -148,7 +148,7 @@ func startStatusController(cfg StatusConfig, proxier *proxy.Proxier, sessions *t
 				}
 			},
 		}); err != nil {
-			return fmt.Errorf("adding mount delete handler: %w", err)
+			return fmt.Errorf("adding the handler of deleted and re-agented mounts: %w", err)
 		}
 		informer := mountInformer.Informer()
 		cached := func(cluster clusters.Name, name string) *v1alpha1.Mount {
