@@ -378,7 +378,7 @@ func (b *bench) measure(ctx context.Context) error {
 		}
 		// A loaded 2-core host reviews about 10 attaches a second once it holds thousands of
 		// agents' RBAC bindings.
-		if err := b.waitAttached(ctx, n, time.Time{}, max(15*time.Minute, time.Duration(len(added))*time.Second/5)); err != nil {
+		if err := b.waitAttached(ctx, n, attachStart, max(15*time.Minute, time.Duration(len(added))*time.Second/5)); err != nil {
 			return err
 		}
 		fmt.Printf("all %d agents attached and their Mounts Ready %v after the new agents started\n", n, time.Since(attachStart).Round(100*time.Millisecond))
@@ -424,14 +424,22 @@ func (b *bench) measure(ctx context.Context) error {
 
 // waitAttached waits until the agents say the sessions of n Mounts are up and n Mounts are
 // Ready with an agent reported connected (since since, if not zero).
-func (b *bench) waitAttached(ctx context.Context, n int, since time.Time, timeout time.Duration) error {
+// waitAttached waits until n agents hold their sessions and their Mounts are Ready, saying
+// when the sessions were up and how busy the machine was until then.
+func (b *bench) waitAttached(ctx context.Context, n int, start time.Time, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
+	cpu0 := machineCPU()
 	var connected, ready int
+	up := false
 	for time.Now().Before(deadline) {
 		_, connected, _ = b.agents.status()
 		if connected >= n*b.c.sessions {
+			if !up {
+				up = true
+				fmt.Printf("all %d sessions up %v after the new agents started; %s\n", n*b.c.sessions, time.Since(start).Round(100*time.Millisecond), machineCPU().since(cpu0))
+			}
 			var err error
-			if ready, _, err = b.fleet.readiness(ctx, since); err == nil && ready >= n {
+			if ready, _, err = b.fleet.readiness(ctx, time.Time{}); err == nil && ready >= n {
 				return nil
 			}
 		}
@@ -574,6 +582,7 @@ func (b *bench) stormRestart(ctx context.Context, n int) error {
 		return err
 	}
 	_, _, started0 := b.agents.status()
+	cpu0 := machineCPU()
 	killed := time.Now()
 	h.kill()
 	if err := h.start(ctx); err != nil {
@@ -606,7 +615,7 @@ func (b *bench) stormRestart(ctx context.Context, n int) error {
 		}
 		if _, connected, _ := b.agents.status(); connected >= n*b.c.sessions {
 			allAttached = time.Since(killed)
-			fmt.Printf("all %d sessions up again %v after the kill (the agents' count)\n", n*b.c.sessions, allAttached.Round(100*time.Millisecond))
+			fmt.Printf("all %d sessions up again %v after the kill (the agents' count); %s\n", n*b.c.sessions, allAttached.Round(100*time.Millisecond), machineCPU().since(cpu0))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -637,7 +646,7 @@ func (b *bench) stormRestart(ctx context.Context, n int) error {
 	}
 	_, _, started1 := b.agents.status()
 	m := readMemory(h.pid())
-	fmt.Printf("all %d Mounts Ready with an agent connected %v after the kill; sessions started meanwhile %d (%.2f per agent)\n", n, recovered.Round(100*time.Millisecond), started1-started0, float64(started1-started0)/float64(n*b.c.sessions))
+	fmt.Printf("all %d Mounts Ready with an agent connected %v after the kill; sessions started meanwhile %d (%.2f per agent); %s\n", n, recovered.Round(100*time.Millisecond), started1-started0, float64(started1-started0)/float64(n*b.c.sessions), machineCPU().since(cpu0))
 	fmt.Printf("mount-apiserver RSS: peak %.0f MiB (VmHWM of the new process), now %.0f MiB\n", mib(max(int(peakRSS.Load()), m.hwm)), mib(m.rss))
 	fmt.Printf("host API calls from the kill to recovery (%v): %s\n", recovered.Round(time.Second), rates(before, after, recovered))
 	fmt.Print(logSummary(h.logPath, logOffset))

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -77,6 +78,47 @@ func readMemory(pid int) memory {
 }
 
 func mib(kib int) float64 { return float64(kib) / 1024 }
+
+// cpuTicks is the machine's CPU time from /proc/stat: busy and all, in clock ticks.
+type cpuTicks struct{ busy, all uint64 }
+
+// machineCPU reads the machine's CPU time so far; zero when /proc/stat cannot be read.
+func machineCPU() cpuTicks {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return cpuTicks{}
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	fields := strings.Fields(line)
+	if len(fields) < 5 || fields[0] != "cpu" {
+		return cpuTicks{}
+	}
+	var t cpuTicks
+	for i, f := range fields[1:] {
+		v, err := strconv.ParseUint(f, 10, 64)
+		if err != nil {
+			return cpuTicks{}
+		}
+		// guest and guest_nice (the 9th and 10th) are already counted in user and nice.
+		if i >= 8 {
+			break
+		}
+		t.all += v
+		if i != 3 && i != 4 { // idle, iowait
+			t.busy += v
+		}
+	}
+	return t
+}
+
+// since says how busy the machine's cores were from t0 to t: the floor of any rate of this
+// machine is set by what is left.
+func (t cpuTicks) since(t0 cpuTicks) string {
+	if t.all <= t0.all {
+		return "machine CPU unknown"
+	}
+	return fmt.Sprintf("the machine's %d cores were %.0f%% busy meanwhile", runtime.NumCPU(), 100*float64(t.busy-t0.busy)/float64(t.all-t0.all))
+}
 
 // loadAverage is the first figure of /proc/loadavg.
 func loadAverage() string {
