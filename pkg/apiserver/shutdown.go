@@ -19,6 +19,14 @@ import (
 func endLongRunningOnDrain(build func(http.Handler, *genericapiserver.Config) http.Handler) func(http.Handler, *genericapiserver.Config) http.Handler {
 	return func(apiHandler http.Handler, c *genericapiserver.Config) http.Handler {
 		drained, longRunning := c.DrainedNotify(), c.LongRunningFunc
+		// One context of the server's that ends when it has drained; each long-running request
+		// hangs a callback on it instead of a goroutine of its own (an idle agent session is a
+		// long-running request: 10,000 of them held 10,000 goroutines here).
+		drainCtx, drain := context.WithCancel(context.Background())
+		go func() {
+			<-drained
+			drain()
+		}()
 		// Innermost, so that the request info is known.
 		return build(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			info, ok := genericapirequest.RequestInfoFrom(r.Context())
@@ -28,13 +36,8 @@ func endLongRunningOnDrain(build func(http.Handler, *genericapiserver.Config) ht
 			}
 			ctx, cancel := context.WithCancelCause(r.Context())
 			defer cancel(nil)
-			go func() {
-				select {
-				case <-drained:
-					cancel(proxy.ErrShuttingDown)
-				case <-ctx.Done():
-				}
-			}()
+			stop := context.AfterFunc(drainCtx, func() { cancel(proxy.ErrShuttingDown) })
+			defer stop()
 			apiHandler.ServeHTTP(w, r.WithContext(ctx))
 		}), c)
 	}
