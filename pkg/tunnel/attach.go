@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -76,6 +77,9 @@ type Attacher struct {
 	// the host is bounded by its rate, not by the number of sessions, which are checked less
 	// often than Interval once there are more than the rate times Interval.
 	Limiter RecheckLimiter
+
+	rechecksOnce sync.Once
+	rechecks     *rechecks
 }
 
 // Handler returns the handler of one attach request of m, read from storage by the caller
@@ -110,19 +114,19 @@ func (a *Attacher) Handler(ctx context.Context, m *mounts.Mount) (http.Handler, 
 		}
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
-		go a.recheck(ctx, cancel, agent, creds, mount)
+		a.recheck(ctx, cancel, agent, creds, mount)
 		a.Sessions.ServeAgent(ctx, w, req, mount, agent.GetName())
 	}), nil
 }
 
-// recheck ends the session (cancel) once the agent's credentials no longer authenticate it,
-// or it may no longer attach to the mount. A check that could not decide (the host did not
-// answer in time) is tried again a quarter interval later; once checks have failed for
-// UndecidedFor, the session ends: an agent keeps a session only while it is known to be
-// allowed, and reconnects (with a fresh check) when it is again. Ending sessions on the first timeout
-// turned a loaded host into a reconnect storm that loaded it more (2,000 agents on the
-// 2-core machine: 528 sessions closed on timeouts of TokenReviews and SubjectAccessReviews
-// within two minutes).
+// recheck schedules the checks that end the session (cancel) once the agent's credentials no
+// longer authenticate it, or it may no longer attach to the mount. A check that could not
+// decide (the host did not answer in time) is tried again a quarter interval later; once
+// checks have failed for UndecidedFor, the session ends: an agent keeps a session only while
+// it is known to be allowed, and reconnects (with a fresh check) when it is again. Ending
+// sessions on the first timeout turned a loaded host into a reconnect storm that loaded it
+// more (2,000 agents on the 2-core machine: 528 sessions closed on timeouts of TokenReviews
+// and SubjectAccessReviews within two minutes).
 func (a *Attacher) recheck(ctx context.Context, cancel context.CancelFunc, agent user.Info, creds *Credentials, mount Mount) {
 	interval := a.Interval
 	if interval <= 0 {
@@ -132,22 +136,8 @@ func (a *Attacher) recheck(ctx context.Context, cancel context.CancelFunc, agent
 	if undecidedFor <= 0 {
 		undecidedFor = max(interval, DefaultUndecidedFor)
 	}
-	// The first check comes after a random part of the interval: the sessions of a reconnect
-	// storm, attached within seconds, are not checked all in the same seconds ever after.
-	timer := time.NewTimer(interval/2 + rand.N(interval/2+1))
-	defer timer.Stop()
 	var failingSince time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-timer.C:
-		}
-		if a.Limiter != nil {
-			if err := a.Limiter.Wait(ctx); err != nil {
-				return
-			}
-		}
+	check := func() (time.Duration, bool) {
 		now := agent
 		var err error
 		if a.Authenticator != nil {
@@ -159,30 +149,33 @@ func (a *Attacher) recheck(ctx context.Context, cancel context.CancelFunc, agent
 		if err == nil {
 			err = a.authorizeOrUnsure(ctx, now, mount.Name)
 		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			var u *unsureError
-			if errors.As(err, &u) {
-				if failingSince.IsZero() {
-					failingSince = time.Now()
-				}
-				if time.Since(failingSince) < undecidedFor {
-					klog.FromContext(ctx).V(2).Info("A check of an agent session could not decide; trying again", "mount", mount.Label(), "err", err.Error())
-					timer.Reset(interval / 4)
-					continue
-				}
-			}
-			klog.FromContext(ctx).Info("Closing an agent session: the agent may no longer attach", "mount", mount.Label(), "agent", agent.GetName(), "reason", err.Error())
-			cancel()
-			return
+		if err == nil {
+			// The next check is an interval after this one ended: a limiter that held it
+			// back stretches the period instead of queueing checks.
+			failingSince = time.Time{}
+			return interval, true
 		}
-		// The next check is an interval after this one ended: a limiter that held it back
-		// stretches the period instead of queueing checks.
-		failingSince = time.Time{}
-		timer.Reset(interval)
+		if ctx.Err() != nil {
+			return 0, false
+		}
+		var u *unsureError
+		if errors.As(err, &u) {
+			if failingSince.IsZero() {
+				failingSince = time.Now()
+			}
+			if time.Since(failingSince) < undecidedFor {
+				klog.FromContext(ctx).V(2).Info("A check of an agent session could not decide; trying again", "mount", mount.Label(), "err", err.Error())
+				return interval / 4, true
+			}
+		}
+		klog.FromContext(ctx).Info("Closing an agent session: the agent may no longer attach", "mount", mount.Label(), "agent", agent.GetName(), "reason", err.Error())
+		cancel()
+		return 0, false
 	}
+	a.rechecksOnce.Do(func() { a.rechecks = newRechecks(a.Limiter) })
+	// The first check comes after a random part of the interval: the sessions of a reconnect
+	// storm, attached within seconds, are not checked all in the same seconds ever after.
+	a.rechecks.add(ctx, interval/2+rand.N(interval/2+1), check)
 }
 
 // checkServiceAccount checks that agent, if a ServiceAccount of the host, still exists as the

@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kcp-dev/mount-apiserver/pkg/clusters"
 	"github.com/kcp-dev/mount-apiserver/pkg/tunnel"
 )
 
@@ -45,7 +46,9 @@ func (g *gate) waiters() int {
 // TestRechecksWaitForTheLimiter: the re-checks of every session wait on the one limiter, so
 // what they cost the host is bounded by its rate, not by the number of sessions: with five
 // sessions due every 10ms and no token, none is checked again; three tokens are three
-// checks; a session held back is not checked twice in a row once let through.
+// checks; the two sessions held back are the next two checked, before the three checked
+// already come round again. The sessions wait in one schedule, not in a goroutine each: one
+// waits for the limiter however many are due.
 func TestRechecksWaitForTheLimiter(t *testing.T) {
 	g := &gate{tokens: make(chan struct{})}
 	target := targetServer(t)
@@ -57,20 +60,24 @@ func TestRechecksWaitForTheLimiter(t *testing.T) {
 		startAgent(t, h, target.Listener.Addr().String(), nil)
 		hubs = append(hubs, h)
 	}
+	checksOf := func(h *hub) int {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.checks
+	}
 	checks := func() int {
 		n := 0
 		for _, h := range hubs {
-			h.mu.Lock()
-			n += h.checks
-			h.mu.Unlock()
+			n += checksOf(h)
 		}
 		return n
 	}
 	for _, h := range hubs {
 		waitFor(t, "the session of "+h.mount.Name, func() bool { _, ok := h.sessions.Connected(h.key()); return ok })
 	}
-	// Each session is due and waits for the limiter; only the attaches were checked.
-	waitFor(t, "every session waiting for the limiter", func() bool { return g.waiters() == 5 })
+	// Every hub has an Attacher of its own, so a schedule of its own: each waits for the
+	// limiter with its session due; only the attaches were checked.
+	waitFor(t, "every schedule waiting for the limiter", func() bool { return g.waiters() == 5 })
 	if n := checks(); n != 5 {
 		t.Fatalf("%d checks while every session waits for the limiter, want the 5 of the attaches", n)
 	}
@@ -78,14 +85,60 @@ func TestRechecksWaitForTheLimiter(t *testing.T) {
 		g.tokens <- struct{}{}
 	}
 	waitFor(t, "three checks again", func() bool { return checks() == 8 })
-	// The three come back to the limiter an interval later, the two others still wait.
-	waitFor(t, "every session waiting again", func() bool { return g.waiters() == 5 })
+	waitFor(t, "every schedule waiting again", func() bool { return g.waiters() == 5 })
 	if n := checks(); n != 8 {
 		t.Fatalf("%d checks after three tokens, want 8", n)
 	}
 	for _, h := range hubs {
 		if _, ok := h.sessions.Connected(h.key()); !ok {
 			t.Fatalf("the session of %s ended", h.mount.Name)
+		}
+	}
+}
+
+// TestOneScheduleForManySessions: many sessions of one Attacher, all due, wait behind the
+// limiter as entries of one schedule, with one waiter; tokens check them oldest due first,
+// so a session held back is checked before one checked a moment ago comes round again.
+func TestOneScheduleForManySessions(t *testing.T) {
+	g := &gate{tokens: make(chan struct{})}
+	target := targetServer(t)
+	h := newHubWith(t, nil, 10*time.Millisecond, tunnel.Limits{}, func(a *tunnel.Attacher) { a.Limiter = g })
+	const sessions = 4
+	mounts := make([]string, sessions)
+	for i := range sessions {
+		mounts[i] = fmt.Sprintf("edge-%d", i)
+		m := h.serve(mounts[i])
+		startAgentFor(t, h, m.Name, target.Listener.Addr().String())
+		key := tunnel.SessionKey(clusters.DefaultCluster, m.UID)
+		waitFor(t, "the session of "+m.Name, func() bool { _, ok := h.sessions.Connected(key); return ok })
+	}
+	waitFor(t, "one waiter for every due session", func() bool { return g.waiters() == 1 })
+	time.Sleep(50 * time.Millisecond)
+	if n := g.waiters(); n != 1 {
+		t.Fatalf("%d waiting for the limiter, want one (the schedule)", n)
+	}
+	h.mu.Lock()
+	attaches := h.checks
+	h.mu.Unlock()
+	if attaches != sessions {
+		t.Fatalf("%d checks before any token, want the %d of the attaches", attaches, sessions)
+	}
+	checked := func() int {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.checks - attaches
+	}
+	for i := range 2 * sessions {
+		g.tokens <- struct{}{}
+		waitFor(t, fmt.Sprintf("check %d", i+1), func() bool { return checked() == i+1 })
+	}
+	// Oldest due first: eight tokens were two rounds of the four, each mount checked twice
+	// after its attach.
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, name := range mounts {
+		if n := h.checkedNames[name] - 1; n != 2 {
+			t.Errorf("mount %s checked %d times in two rounds, want 2 (all: %v)", name, n, h.checkedNames)
 		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
@@ -44,6 +45,32 @@ type hub struct {
 	// checks counts the authorizer's decisions; unsure makes it answer an error.
 	checks int
 	unsure bool
+	// others are mounts served besides mount, chosen by the name in the attach path;
+	// checkedNames counts the authorizer's decisions by mount name.
+	others       map[string]*mounts.Mount
+	checkedNames map[string]int
+}
+
+// serve adds a mount of name to those the hub serves and allows.
+func (h *hub) serve(name string) *mounts.Mount {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	m := h.mount.DeepCopy()
+	m.Name, m.UID = name, types.UID("uid-"+name)
+	h.others[name] = m
+	return m
+}
+
+// mountOf is the mount an attach request names: one of others, else mount.
+func (h *hub) mountOf(path string) *mounts.Mount {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, rest, ok := strings.Cut(path, "/mounts/"); ok {
+		if m, ok := h.others[strings.TrimSuffix(rest, "/attach")]; ok {
+			return m
+		}
+	}
+	return h.mount
 }
 
 func newHub(t *testing.T, m *metrics.KubeRegistry, interval time.Duration) *hub {
@@ -58,10 +85,12 @@ func newHubWith(t *testing.T, m *metrics.KubeRegistry, interval time.Duration, l
 		tm.Register(*m)
 	}
 	h := &hub{
-		sessions: tunnel.NewSessions(tm, limits),
-		mount:    &mounts.Mount{ObjectMeta: metav1.ObjectMeta{Name: "edge", UID: "uid-1"}, Spec: mounts.MountSpec{Tunnel: &mounts.MountTunnel{Credentials: mounts.TunnelCredentialsServer}}},
-		agent:    &user.DefaultInfo{Name: "system:serviceaccount:edge:agent"},
-		allow:    true,
+		sessions:     tunnel.NewSessions(tm, limits),
+		mount:        &mounts.Mount{ObjectMeta: metav1.ObjectMeta{Name: "edge", UID: "uid-1"}, Spec: mounts.MountSpec{Tunnel: &mounts.MountTunnel{Credentials: mounts.TunnelCredentialsServer}}},
+		agent:        &user.DefaultInfo{Name: "system:serviceaccount:edge:agent"},
+		allow:        true,
+		others:       map[string]*mounts.Mount{},
+		checkedNames: map[string]int{},
 	}
 	h.sessions.Watch(func(e tunnel.Event) {
 		h.mu.Lock()
@@ -72,10 +101,11 @@ func newHubWith(t *testing.T, m *metrics.KubeRegistry, interval time.Duration, l
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		h.checks++
+		h.checkedNames[a.GetName()]++
 		if h.unsure {
 			return authorizer.DecisionNoOpinion, "", errors.New("the host did not answer in time")
 		}
-		if h.allow && a.GetVerb() == "create" && a.GetResource() == "mounts" && a.GetSubresource() == "attach" && a.GetName() == h.mount.Name {
+		if h.allow && a.GetVerb() == "create" && a.GetResource() == "mounts" && a.GetSubresource() == "attach" && (a.GetName() == h.mount.Name || h.others[a.GetName()] != nil) {
 			return authorizer.DecisionAllow, "", nil
 		}
 		return authorizer.DecisionDeny, "not allowed", nil
@@ -85,7 +115,7 @@ func newHubWith(t *testing.T, m *metrics.KubeRegistry, interval time.Duration, l
 	}
 	h.server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		ctx := genericapirequest.WithUser(req.Context(), h.agent)
-		handler, err := attacher.Handler(ctx, h.mount)
+		handler, err := attacher.Handler(ctx, h.mountOf(req.URL.Path))
 		if err != nil {
 			status := metav1.Status{Code: http.StatusForbidden, Message: err.Error()}
 			tunnel.WriteStatus(w, &status)
@@ -119,11 +149,22 @@ func (h *hub) eventLog() []string {
 // startAgent runs an agent of the hub's mount against target until the test ends.
 func startAgent(t *testing.T, h *hub, target string, handler http.Handler) *agent.Agent {
 	t.Helper()
-	url, err := agent.AttachURL(h.server.URL, "", h.mount.Name)
+	return runAgent(t, h, h.mount.Name, target, handler)
+}
+
+// startAgentFor runs an agent of the hub's mount name (one of serve) until the test ends.
+func startAgentFor(t *testing.T, h *hub, name, target string) *agent.Agent {
+	t.Helper()
+	return runAgent(t, h, name, target, nil)
+}
+
+func runAgent(t *testing.T, h *hub, name, target string, handler http.Handler) *agent.Agent {
+	t.Helper()
+	url, err := agent.AttachURL(h.server.URL, "", name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := agent.New(&agent.Config{Hub: &rest.Config{Host: h.server.URL}, AttachURL: url, Mount: h.mount.Name, Target: target, AgentHandler: handler, MaxBackoff: time.Second})
+	a, err := agent.New(&agent.Config{Hub: &rest.Config{Host: h.server.URL}, AttachURL: url, Mount: name, Target: target, AgentHandler: handler, MaxBackoff: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
