@@ -181,8 +181,7 @@ func (o *Owners) Owner(key string) (Peer, bool) {
 // release does not wait for the delete. renewed, if not nil, is called after each renewal.
 func (o *Owners) Hold(ctx context.Context, key string, renewed func()) (release func()) {
 	ctx, cancel := context.WithCancel(ctx)
-	id := uuid.NewString()
-	go o.hold(ctx, key, id, renewed)
+	o.hold(ctx, key, uuid.NewString(), renewed)
 	return cancel
 }
 
@@ -213,65 +212,93 @@ func (cfg OwnersConfig) renewedWithin(duration time.Duration) time.Duration {
 	return time.Duration(float64(duration) * float64(cfg.RenewPeriod) / float64(cfg.LeaseDuration))
 }
 
+// hold starts the claim and renewals of key's Lease for session id, and its release when ctx
+// ends. They run on a timer, not in a goroutine of the session's: 10,000 sessions, renewed
+// every few minutes each, held 10,000 goroutines asleep.
 func (o *Owners) hold(ctx context.Context, key, id string, renewed func()) {
 	logger := klog.FromContext(ctx).WithValues("sessionKey", key, "lease", LeaseName(key))
-	ctx = klog.NewContext(ctx, logger)
+	h := &holding{o: o, ctx: klog.NewContext(ctx, logger), key: key, id: id, renewed: renewed, written: o.cfg.LeaseDuration}
 	o.held.Add(1)
-	defer o.held.Add(-1)
-	defer o.release(ctx, key, id)
-	// The next renewal comes at the period, but no later than the share of the duration last
-	// written that the period is of a Lease (a budget that lengthened the period since must
-	// not let the Lease lapse first); up to a tenth later, so that the sessions of a reconnect
-	// storm do not renew in step and the budget holds on average. A Lease lasts three periods.
-	written := o.cfg.LeaseDuration
-	next := func() time.Duration {
-		p := min(o.cfg.renewPeriod(o.held.Load()), o.cfg.renewedWithin(written))
-		return p + time.Duration(rand.Int64N(int64(p)/10+1))
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.timer = time.AfterFunc(0, h.tick)
+	context.AfterFunc(ctx, h.end)
+}
+
+// holding is one session's Lease. mu is held by a tick for its write and by the end, so the
+// release never runs beside a renewal.
+type holding struct {
+	o       *Owners
+	ctx     context.Context
+	key, id string
+	renewed func()
+	mu      sync.Mutex
+	timer   *time.Timer
+	ended   bool
+	claimed bool
+	written time.Duration
+}
+
+// next is when the Lease is renewed again: at the period, but no later than the share of the
+// duration last written that the period is of a Lease (a budget that lengthened the period
+// since must not let the Lease lapse first); up to a tenth later, so that the sessions of a
+// reconnect storm do not renew in step and the budget holds on average. A Lease lasts three
+// periods.
+func (h *holding) next() time.Duration {
+	p := min(h.o.cfg.renewPeriod(h.o.held.Load()), h.o.cfg.renewedWithin(h.written))
+	return p + time.Duration(rand.Int64N(int64(p)/10+1))
+}
+
+// tick claims the Lease, or renews it once claimed. The claim is retried on every tick until
+// it succeeds: until then the session is served only by this replica.
+func (h *holding) tick() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ended {
+		return
 	}
-	t := time.NewTimer(next())
-	defer t.Stop()
-	// The claim is retried on every tick until it succeeds: until then the session is served
-	// only by this replica.
-	claimed := false
-	var reportSoon <-chan time.Time
-	for {
-		duration := o.cfg.leaseDuration(o.cfg.renewPeriod(o.held.Load()))
-		if !claimed {
-			if err := o.write(ctx, key, id, true, duration); err != nil {
-				if ctx.Err() == nil {
-					logger.Error(err, "Cannot record this replica as the owner of a tunnel session; other replicas cannot reach it yet")
-				}
-			} else {
-				claimed, written = true, duration
-				logger.V(2).Info("Recorded this replica as the owner of a tunnel session")
-				if renewed != nil {
-					reportSoon = time.After(reportAfterClaim)
-				}
+	o, ctx, logger := h.o, h.ctx, klog.FromContext(h.ctx)
+	duration := o.cfg.leaseDuration(o.cfg.renewPeriod(o.held.Load()))
+	if !h.claimed {
+		if err := o.write(ctx, h.key, h.id, true, duration); err != nil {
+			if ctx.Err() == nil {
+				logger.Error(err, "Cannot record this replica as the owner of a tunnel session; other replicas cannot reach it yet")
 			}
-		} else if err := o.write(ctx, key, id, false, duration); err == nil {
-			written = duration
-			if renewed != nil {
-				renewed()
+		} else {
+			h.claimed, h.written = true, duration
+			logger.V(2).Info("Recorded this replica as the owner of a tunnel session")
+			if h.renewed != nil {
+				// Others have seen the Lease by then: a report they contradicted before it
+				// existed is made again.
+				time.AfterFunc(reportAfterClaim, func() {
+					if ctx.Err() == nil {
+						h.renewed()
+					}
+				})
 			}
-		} else if errors.Is(err, errSuperseded) {
-			logger.V(2).Info("A newer session of the tunnel is held elsewhere; not renewing")
-		} else if ctx.Err() == nil {
-			logger.Error(err, "Cannot renew the ownership of a tunnel session")
 		}
-	wait:
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			t.Reset(next())
-		case <-reportSoon:
-			// Others have seen the Lease by now: a report they contradicted before it
-			// existed is made again.
-			reportSoon = nil
-			renewed()
-			goto wait
+	} else if err := o.write(ctx, h.key, h.id, false, duration); err == nil {
+		h.written = duration
+		if h.renewed != nil {
+			h.renewed()
 		}
+	} else if errors.Is(err, errSuperseded) {
+		logger.V(2).Info("A newer session of the tunnel is held elsewhere; not renewing")
+	} else if ctx.Err() == nil {
+		logger.Error(err, "Cannot renew the ownership of a tunnel session")
 	}
+	h.timer.Reset(h.next())
+}
+
+// end stops the renewals once the session has ended, after a write in progress, and releases
+// the Lease.
+func (h *holding) end() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.ended = true
+	h.timer.Stop()
+	h.o.release(h.ctx, h.key, h.id)
+	h.o.held.Add(-1)
 }
 
 var errSuperseded = errors.New("a newer session holds the lease")
