@@ -266,3 +266,49 @@ func TestCABundleAppliesWithoutCAData(t *testing.T) {
 		t.Errorf("status %d, %d requests at the target", resp.StatusCode, hits.Load())
 	}
 }
+
+// TestTargetResumesTLSSessions: a Target's new connection to its target resumes the TLS
+// session of its last one (a Kubernetes API server closes idle connections after 90 s, and
+// status probes of many mounts come less often), while another Target of the same server,
+// other credentials, starts afresh: sessions are never shared between Targets.
+func TestTargetResumesTLSSessions(t *testing.T) {
+	target, _ := countingServer(t, true, "ok")
+	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: target.Certificate().Raw})
+	tr := NewTransports(TransportOptions{}, nil)
+	build := func(token string) func() (*rest.Config, error) {
+		return func() (*rest.Config, error) {
+			return &rest.Config{Host: target.URL, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAData: caPEM}}, nil
+		}
+	}
+	resumed := func(tgt *Target) bool {
+		t.Helper()
+		resp, err := get(t, tgt, "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.TLS == nil {
+			t.Fatal("no TLS state on the response")
+		}
+		return resp.TLS.DidResume
+	}
+	first, err := tr.Get(context.Background(), "uid-1", TargetKey{SecretName: "one"}, build("one"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resumed(first) {
+		t.Fatal("the first connection resumed a session")
+	}
+	first.plain.CloseIdleConnections()
+	if !resumed(first) {
+		t.Fatal("a new connection of the same Target made a full handshake instead of resuming")
+	}
+	other, err := tr.Get(context.Background(), "uid-2", TargetKey{SecretName: "two"}, build("two"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resumed(other) {
+		t.Fatal("another Target resumed the first one's session")
+	}
+}
