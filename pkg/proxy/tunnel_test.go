@@ -20,6 +20,7 @@ import (
 	"github.com/kcp-dev/mount-apiserver/pkg/clusters"
 	"github.com/kcp-dev/mount-apiserver/pkg/tunnel"
 	"github.com/kcp-dev/mount-apiserver/pkg/tunnel/agent"
+	"github.com/kcp-dev/mount-apiserver/pkg/tunnel/agent/agenttest"
 )
 
 // recordingAgent stands for the agent's credential handler (pkg/tunnel/agent's hook): it
@@ -71,14 +72,7 @@ func TestAgentCredentialsTunnel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := agent.New(&agent.Config{Hub: &rest.Config{Host: hub.URL}, AttachURL: url, Mount: m.Name, Target: "127.0.0.1:1", AgentHandler: recorder, MaxBackoff: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = a.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	a := agenttest.Run(t, &agent.Config{Hub: &rest.Config{Host: hub.URL}, AttachURL: url, Mount: m.Name, Target: "127.0.0.1:1", AgentHandler: recorder, MaxBackoff: time.Second})
 	for deadline := time.Now().Add(30 * time.Second); !a.Connected(); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the agent did not connect")

@@ -1,7 +1,6 @@
 package tunnel_test
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -21,6 +20,7 @@ import (
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
 	"github.com/kcp-dev/mount-apiserver/pkg/tunnel"
 	"github.com/kcp-dev/mount-apiserver/pkg/tunnel/agent"
+	"github.com/kcp-dev/mount-apiserver/pkg/tunnel/agent/agenttest"
 )
 
 // upgrade sends a WebSocket upgrade request of path and returns the answer.
@@ -130,14 +130,7 @@ func TestLimitAttachingFreesTheSlotOfASession(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		a, err := agent.New(&agent.Config{Hub: &rest.Config{Host: s.URL}, AttachURL: url, Mount: name, Target: target.Listener.Addr().String(), MaxBackoff: 100 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { defer close(done); _ = a.Run(ctx) }()
-		t.Cleanup(func() { cancel(); <-done })
+		a := agenttest.Run(t, &agent.Config{Hub: &rest.Config{Host: s.URL}, AttachURL: url, Mount: name, Target: target.Listener.Addr().String(), MaxBackoff: 100 * time.Millisecond})
 		waitFor(t, "the session of "+name, a.Connected)
 		agents = append(agents, a)
 	}

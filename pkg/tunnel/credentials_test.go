@@ -20,6 +20,7 @@ import (
 	"github.com/kcp-dev/mount-apiserver/pkg/clusters"
 	"github.com/kcp-dev/mount-apiserver/pkg/tunnel"
 	"github.com/kcp-dev/mount-apiserver/pkg/tunnel/agent"
+	"github.com/kcp-dev/mount-apiserver/pkg/tunnel/agent/agenttest"
 )
 
 // tokens authenticates bearer tokens it holds, as a token review would.
@@ -87,14 +88,7 @@ func TestRevokedCredentialsCloseTheSession(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			a, err := agent.New(&agent.Config{Hub: &rest.Config{Host: srv.URL, BearerToken: "agent-token"}, AttachURL: url, Mount: "edge", Target: "127.0.0.1:1", MaxBackoff: time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan struct{})
-			go func() { defer close(done); _ = a.Run(ctx) }()
-			t.Cleanup(func() { cancel(); <-done })
+			a := agenttest.Run(t, &agent.Config{Hub: &rest.Config{Host: srv.URL, BearerToken: "agent-token"}, AttachURL: url, Mount: "edge", Target: "127.0.0.1:1", MaxBackoff: time.Second})
 			key := tunnel.SessionKey(clusters.DefaultCluster, m.UID)
 			waitFor(t, "the session", func() bool { _, ok := sessions.Connected(key); return ok && a.Connected() })
 			// Checked again and again with the kept token: the session lives.

@@ -29,6 +29,7 @@ import (
 	"github.com/kcp-dev/mount-apiserver/pkg/clusters"
 	"github.com/kcp-dev/mount-apiserver/pkg/tunnel"
 	"github.com/kcp-dev/mount-apiserver/pkg/tunnel/agent"
+	"github.com/kcp-dev/mount-apiserver/pkg/tunnel/agent/agenttest"
 )
 
 // hub serves the attach of one mount through an Attacher, as pkg/registry does after its
@@ -164,15 +165,7 @@ func runAgent(t *testing.T, h *hub, name, target string, handler http.Handler) *
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := agent.New(&agent.Config{Hub: &rest.Config{Host: h.server.URL}, AttachURL: url, Mount: name, Target: target, AgentHandler: handler, MaxBackoff: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = a.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return a
+	return agenttest.Run(t, &agent.Config{Hub: &rest.Config{Host: h.server.URL}, AttachURL: url, Mount: name, Target: target, AgentHandler: handler, MaxBackoff: time.Second})
 }
 
 // waitFor polls cond; tests assert outcomes, never how long they took.
