@@ -464,6 +464,10 @@ func (t *Transports) newTargetVia(cfg *rest.Config, caOverride []byte, connectTi
 		upgradeTLS = tlsConfig.Clone()
 		// Upgrades (SPDY, WebSocket) need HTTP/1.1.
 		upgradeTLS.NextProtos = []string{"http/1.1"}
+		// Not the plain transport's sessions, made for HTTP/2: an upgrade resuming one of
+		// them did not reach the target (TestUpgradeCannotSmuggleAwayImpersonation). Upgrades
+		// are few; they make full handshakes.
+		upgradeTLS.ClientSessionCache = nil
 	}
 	upgrade := &http.Transport{
 		Proxy:               nil,
