@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"net/url"
 	"strconv"
 	"strings"
@@ -310,5 +311,76 @@ func TestTargetResumesTLSSessions(t *testing.T) {
 	}
 	if resumed(other) {
 		t.Fatal("another Target resumed the first one's session")
+	}
+}
+
+// TestTunnelConnectionsCloseSoonerWhenIdle: a connection through an agent's tunnel closes once
+// unused for TunnelIdleConnTimeout (each one holds memory and a goroutine of the replica per
+// agent), for the server's and the agent's credentials alike; a direct target's stays open.
+func TestTunnelConnectionsCloseSoonerWhenIdle(t *testing.T) {
+	const idle = 200 * time.Millisecond
+	tr := NewTransports(TransportOptions{TunnelIdleConnTimeout: idle}, nil)
+	tlsTarget, _ := countingServer(t, true, "ok")
+	plainTarget, _ := countingServer(t, false, "ok")
+	via := func(s *httptest.Server) func(ctx context.Context) (net.Conn, error) {
+		return func(ctx context.Context) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "tcp", s.Listener.Addr().String())
+		}
+	}
+	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: tlsTarget.Certificate().Raw})
+	cfg := &rest.Config{Host: tlsTarget.URL, BearerToken: "t", TLSClientConfig: rest.TLSClientConfig{CAData: caPEM}}
+	serverCreds, err := tr.newTargetVia(cfg, nil, 5*time.Second, via(tlsTarget))
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentCreds, err := tr.newAgentTarget(5*time.Second, via(plainTarget))
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct, err := tr.Get(context.Background(), "uid", TargetKey{SecretName: "direct"}, func() (*rest.Config, error) { return cfg, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	reused := func(tgt *Target) bool {
+		t.Helper()
+		var got httptrace.GotConnInfo
+		ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { got = i }})
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		u := *tgt.Base
+		u.Path = "/readyz"
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rt, _ := tgt.RoundTrippers(nil)
+		resp, err := rt.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return got.Reused
+	}
+	for _, tc := range []struct {
+		name        string
+		target      *Target
+		reusedAfter bool
+	}{
+		{"tunnel with the server's credentials", serverCreds, false},
+		{"tunnel with the agent's credentials", agentCreds, false},
+		{"direct", direct, true},
+	} {
+		if reused(tc.target) {
+			t.Errorf("%s: the first request reused a connection", tc.name)
+		}
+		if !reused(tc.target) {
+			t.Errorf("%s: the second request at once did not reuse the connection", tc.name)
+		}
+		time.Sleep(5 * idle)
+		if got := reused(tc.target); got != tc.reusedAfter {
+			t.Errorf("%s: after %v idle the connection was reused: %v, want %v", tc.name, 5*idle, got, tc.reusedAfter)
+		}
 	}
 }

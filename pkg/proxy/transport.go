@@ -147,7 +147,16 @@ type TransportOptions struct {
 	Policy *targetpolicy.Policy
 	// MaxFailures bounds the build failures remembered (0: DefaultMaxFailures).
 	MaxFailures int
+	// TunnelIdleConnTimeout closes a connection through an agent's tunnel that stayed idle
+	// this long (0: DefaultTunnelIdleConnTimeout).
+	TunnelIdleConnTimeout time.Duration
 }
+
+// DefaultTunnelIdleConnTimeout is how long a connection through an agent's tunnel stays open
+// unused. Not the 90 s of direct targets: each costs the replica memory and a goroutine per
+// agent (about 30 KiB), and the status probes of a fleet come every 100 s or more, so with 90 s
+// most of 10,000 mounts held one open for nothing. A burst of kubectl commands still shares one.
+const DefaultTunnelIdleConnTimeout = 15 * time.Second
 
 // targetSessionCacheSize bounds the TLS sessions a Target keeps for resumption: a target is
 // one server name, so a few are plenty.
@@ -206,6 +215,9 @@ func NewTransports(opts TransportOptions, metrics *Metrics) *Transports {
 	}
 	if opts.MaxFailures <= 0 {
 		opts.MaxFailures = DefaultMaxFailures
+	}
+	if opts.TunnelIdleConnTimeout <= 0 {
+		opts.TunnelIdleConnTimeout = DefaultTunnelIdleConnTimeout
 	}
 	return &Transports{
 		opts:     opts,
@@ -447,6 +459,10 @@ func (t *Transports) newTargetVia(cfg *rest.Config, caOverride []byte, connectTi
 		}
 		return conn, err
 	}
+	idle := 90 * time.Second
+	if via != nil {
+		idle = t.opts.TunnelIdleConnTimeout
+	}
 	plain := &http.Transport{
 		// Never through an environment proxy: targets are reached as the kubeconfig says.
 		Proxy:                 nil,
@@ -456,7 +472,7 @@ func (t *Transports) newTargetVia(cfg *rest.Config, caOverride []byte, connectTi
 		ForceAttemptHTTP2:     true,
 		MaxIdleConns:          t.opts.MaxIdleConnsPerMount,
 		MaxIdleConnsPerHost:   t.opts.MaxIdleConnsPerMount,
-		IdleConnTimeout:       90 * time.Second,
+		IdleConnTimeout:       idle,
 		ExpectContinueTimeout: time.Second,
 	}
 	upgradeTLS := tlsConfig
