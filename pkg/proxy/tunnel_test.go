@@ -64,7 +64,7 @@ func TestAgentCredentialsTunnel(t *testing.T) {
 	t.Cleanup(sessions.CloseAll)
 	m := agentMount("edge", "uid-edge")
 	hub := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		sessions.Serve(req.Context(), w, req, tunnel.Mount{Cluster: clusters.DefaultCluster, Name: m.Name, UID: m.UID})
+		sessions.Serve(w, req, tunnel.Mount{Cluster: clusters.DefaultCluster, Name: m.Name, UID: m.UID})
 	}))
 	t.Cleanup(hub.Close)
 	recorder := &recordingAgent{}

@@ -112,10 +112,9 @@ func (a *Attacher) Handler(ctx context.Context, m *mounts.Mount) (http.Handler, 
 			WriteStatus(w, &status)
 			return
 		}
-		ctx, cancel := context.WithCancel(req.Context())
-		defer cancel()
-		a.recheck(ctx, cancel, agent, creds, mount)
-		a.Sessions.ServeAgent(ctx, w, req, mount, agent.GetName())
+		a.Sessions.ServeAgent(w, req, mount, agent.GetName(), func(ctx context.Context, end context.CancelFunc) {
+			a.recheck(ctx, end, agent, creds, mount)
+		})
 	}), nil
 }
 

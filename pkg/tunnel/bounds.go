@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"sync"
 )
@@ -361,11 +360,14 @@ func (hubMessages) body(int64, int) error { return nil }
 // connections the hub opens.
 type guardedConn struct {
 	net.Conn
-	// src is what the HTTP server read ahead of the upgrade, then the connection.
-	src  io.Reader
-	flow *flow
-	in   frameParser
-	out  frameParser
+	// ahead is the HTTP server's reader of the connection, as long as it holds bytes read
+	// ahead of the upgrade; then reads go to the connection itself. The server's reader
+	// holds its connection's state (buffers, the last request and its ResponseWriter), which
+	// the session should not keep.
+	ahead *bufio.Reader
+	flow  *flow
+	in    frameParser
+	out   frameParser
 
 	// The HTTP response to the upgrade comes before the frames the hub writes.
 	handshakeDone bool
@@ -375,7 +377,7 @@ type guardedConn struct {
 // guard wraps a hijacked connection and its reader; the returned ReadWriter is the one to
 // hand to the WebSocket upgrader.
 func guard(conn net.Conn, rw *bufio.ReadWriter, f *flow) (*guardedConn, *bufio.ReadWriter) {
-	g := &guardedConn{Conn: conn, src: rw.Reader, flow: f}
+	g := &guardedConn{Conn: conn, ahead: rw.Reader, flow: f}
 	g.in = frameParser{masked: true, maxMessage: MaxMessage, handler: agentMessages{flow: f}}
 	g.out = frameParser{handler: hubMessages{flow: f}}
 	// gorilla reads through a hijacked reader of more than 256 bytes; either way it reads g.
@@ -386,7 +388,14 @@ func (g *guardedConn) Read(p []byte) (int, error) {
 	if v := g.flow.failed(); v != nil {
 		return 0, v
 	}
-	n, err := g.src.Read(p)
+	var n int
+	var err error
+	if g.ahead != nil && g.ahead.Buffered() > 0 {
+		n, err = g.ahead.Read(p)
+	} else {
+		g.ahead = nil
+		n, err = g.Conn.Read(p)
+	}
 	if n > 0 {
 		if perr := g.in.feed(p[:n]); perr != nil {
 			return 0, g.stop(perr)

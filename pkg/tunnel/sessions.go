@@ -16,6 +16,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/klog/v2"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/clusters"
@@ -68,6 +70,9 @@ type Sessions struct {
 	byKey    map[string]*session
 	seq      uint64
 	watchers []func(Event)
+	// closing is set by CloseAll: the server stops, and sessions that come up later end at
+	// once.
+	closing bool
 }
 
 // session is one agent connection. clientKey is unique per session (the mount's key and a
@@ -154,15 +159,26 @@ func (s *Sessions) notify(e Event) {
 	}
 }
 
-// Serve upgrades req to the tunnel WebSocket and serves the session of mount until the agent
-// goes, ctx ends, or the session is closed or replaced. The caller has authenticated and
-// authorized the agent for mount.
-func (s *Sessions) Serve(ctx context.Context, w http.ResponseWriter, req *http.Request, mount Mount) {
-	s.ServeAgent(ctx, w, req, mount, "")
+// Serve upgrades req to the tunnel WebSocket and starts the session of mount; see ServeAgent.
+// The caller has authenticated and authorized the agent for mount.
+func (s *Sessions) Serve(w http.ResponseWriter, req *http.Request, mount Mount) {
+	s.ServeAgent(w, req, mount, "", nil)
 }
 
-// ServeAgent is Serve for an agent known by its user name, which CloseOthers compares.
-func (s *Sessions) ServeAgent(ctx context.Context, w http.ResponseWriter, req *http.Request, mount Mount, agent string) {
+// ServeAgent upgrades req to the tunnel WebSocket and starts the session of mount, for an agent
+// known by its user name, which CloseOthers compares. It returns once the session is up or
+// the upgrade failed: the session goes on in a goroutine of its own until the agent goes, or
+// it is closed, replaced, or ended. started, if set, runs once the session is up, with the
+// session's context (sessionContext: the request's values, not its end) and the function
+// that ends the session.
+//
+// Not the request's goroutine: that one is deep in the server's handler chain (its stack,
+// grown by the TLS handshake too, was most of the 44 KiB per idle session at 10,000 agents),
+// and while it runs, the chain keeps the request, its context and the HTTP connection's
+// buffers. The attach request thus ends (audit, request metrics) when its session is up;
+// the session's own end is logged and counted by Sessions.
+func (s *Sessions) ServeAgent(w http.ResponseWriter, req *http.Request, mount Mount, agent string, started func(ctx context.Context, end context.CancelFunc)) {
+	ctx, end := context.WithCancel(sessionContext(req.Context()))
 	logger := klog.FromContext(ctx).WithValues("mount", mount.Label())
 	key := mount.Key()
 	s.mu.Lock()
@@ -173,19 +189,22 @@ func (s *Sessions) ServeAgent(ctx context.Context, w http.ResponseWriter, req *h
 		logger.V(2).Info("Dropped a tunnel connection: the agent's session holds as many unread bytes as it may")
 		s.metrics.Dropped(mount.Label())
 	}
-	stop := context.AfterFunc(ctx, sess.close)
-	defer stop()
 
-	// The session counts from the upgrade on: a request that never becomes a WebSocket
-	// replaces nothing and reports nothing.
+	// handedOver is closed once the request's ResponseWriter is no longer used: at the
+	// hijack, or when the upgrade failed and its answer is written.
+	handedOver := make(chan struct{})
 	attached := false
+	reqCtx := req.Context()
 	hw := &hijackRecorder{ResponseWriter: w, session: sess, hijacked: func() {
+		// The session counts from the upgrade on: a request that never becomes a WebSocket
+		// replaces nothing and reports nothing.
 		attached = true
-		releaseAttachSlot(ctx)
+		releaseAttachSlot(reqCtx)
 		sess.since = time.Now()
 		s.mu.Lock()
 		old := s.byKey[key]
 		s.byKey[key] = sess
+		closing := s.closing
 		s.mu.Unlock()
 		if old != nil {
 			logger.Info("A new agent session replaces the mount's previous one")
@@ -194,12 +213,32 @@ func (s *Sessions) ServeAgent(ctx context.Context, w http.ResponseWriter, req *h
 		s.metrics.SessionStarted(mount.Label())
 		logger.Info("Agent attached")
 		s.notify(Event{Mount: mount, Connected: true, Since: sess.since})
+		if closing {
+			// CloseAll ran (the server stops): the agent goes to another replica.
+			sess.close()
+		}
+		if started != nil {
+			started(ctx, end)
+		}
+		close(handedOver)
 	}}
-	s.server.ServeHTTP(hw, req.WithContext(context.WithValue(req.Context(), clientKeyContextKey{}, sess.clientKey)))
+	go s.serve(ctx, end, sess, logger, hw, req.WithContext(context.WithValue(ctx, clientKeyContextKey{}, sess.clientKey)), &attached, handedOver)
+	<-handedOver
+}
+
+// serve serves one session (ServeAgent) until it ends. w and req are not used once
+// remotedialer serves the session, so neither they nor what they hold stay live.
+func (s *Sessions) serve(ctx context.Context, end context.CancelFunc, sess *session, logger klog.Logger, w *hijackRecorder, req *http.Request, attached *bool, handedOver chan struct{}) {
+	defer end()
+	stop := context.AfterFunc(ctx, sess.close)
+	defer stop()
+	s.server.ServeHTTP(w, req)
 	sess.close()
-	if !attached {
+	if !*attached {
+		close(handedOver)
 		return
 	}
+	mount := sess.mount
 	if v := sess.flow.failed(); v != nil {
 		// One line per session: the agent is a tenant breaking the bounds, not an error of
 		// the hub's.
@@ -207,6 +246,7 @@ func (s *Sessions) ServeAgent(ctx context.Context, w http.ResponseWriter, req *h
 		s.metrics.Violated(mount.Label(), v.reason)
 	}
 
+	key := mount.Key()
 	s.mu.Lock()
 	last := s.byKey[key] == sess
 	if last {
@@ -218,6 +258,27 @@ func (s *Sessions) ServeAgent(ctx context.Context, w http.ResponseWriter, req *h
 	if last {
 		s.notify(Event{Mount: mount, Connected: false, Since: sess.since})
 	}
+}
+
+// sessionContext is the context of a session, which outlives its attach request: the
+// request's logger, logical cluster, request info, user and authentication audiences, which
+// the session's logs and checks (authenticators, authorizers) read, but not its end, nor its
+// other values: those hold the request, its whole handler chain and the HTTP connection's
+// buffers (the HTTP log keeps the request and its ResponseWriter), and its audit event, which
+// is complete once the request returned.
+func sessionContext(req context.Context) context.Context {
+	ctx := klog.NewContext(context.Background(), klog.FromContext(req))
+	ctx = clusters.WithCluster(ctx, clusters.From(req))
+	if info, ok := genericapirequest.RequestInfoFrom(req); ok {
+		ctx = genericapirequest.WithRequestInfo(ctx, info)
+	}
+	if u, ok := genericapirequest.UserFrom(req); ok {
+		ctx = genericapirequest.WithUser(ctx, u)
+	}
+	if audiences, ok := authenticator.AudiencesFrom(req); ok {
+		ctx = authenticator.WithAudiences(ctx, audiences)
+	}
+	return ctx
 }
 
 // DialContext dials address through the session of key on this replica. It implements Dialer
@@ -312,6 +373,7 @@ func (s *Sessions) Forget(m Mount) {
 // server's shutdown otherwise.
 func (s *Sessions) CloseAll() {
 	s.mu.Lock()
+	s.closing = true
 	all := make([]*session, 0, len(s.byKey))
 	for _, sess := range s.byKey {
 		all = append(all, sess)

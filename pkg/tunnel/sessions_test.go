@@ -50,6 +50,11 @@ type hub struct {
 	// checkedNames counts the authorizer's decisions by mount name.
 	others       map[string]*mounts.Mount
 	checkedNames map[string]int
+	// inFlight counts attach requests being served; requestsDone their contexts that ended.
+	// checkedAs records the user and request verb each check's context carried.
+	inFlight     int
+	requestsDone int
+	checkedAs    []string
 }
 
 // serve adds a mount of name to those the hub serves and allows.
@@ -98,11 +103,18 @@ func newHubWith(t *testing.T, m *metrics.KubeRegistry, interval time.Duration, l
 		defer h.mu.Unlock()
 		h.events = append(h.events, e)
 	})
-	attacher := &tunnel.Attacher{Sessions: h.sessions, Interval: interval, UndecidedFor: interval, Authorizer: authorizer.AuthorizerFunc(func(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+	attacher := &tunnel.Attacher{Sessions: h.sessions, Interval: interval, UndecidedFor: interval, Authorizer: authorizer.AuthorizerFunc(func(ctx context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		h.checks++
 		h.checkedNames[a.GetName()]++
+		u, _ := genericapirequest.UserFrom(ctx)
+		info, _ := genericapirequest.RequestInfoFrom(ctx)
+		if u != nil && info != nil {
+			h.checkedAs = append(h.checkedAs, u.GetName()+" "+info.Verb)
+		} else {
+			h.checkedAs = append(h.checkedAs, "")
+		}
 		if h.unsure {
 			return authorizer.DecisionNoOpinion, "", errors.New("the host did not answer in time")
 		}
@@ -115,7 +127,21 @@ func newHubWith(t *testing.T, m *metrics.KubeRegistry, interval time.Duration, l
 		opt(attacher)
 	}
 	h.server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		h.mu.Lock()
+		h.inFlight++
+		h.mu.Unlock()
+		defer func() {
+			h.mu.Lock()
+			h.inFlight--
+			h.mu.Unlock()
+		}()
 		ctx := genericapirequest.WithUser(req.Context(), h.agent)
+		ctx = genericapirequest.WithRequestInfo(ctx, &genericapirequest.RequestInfo{IsResourceRequest: true, Verb: "get", Resource: "mounts", Subresource: "attach"})
+		context.AfterFunc(ctx, func() {
+			h.mu.Lock()
+			h.requestsDone++
+			h.mu.Unlock()
+		})
 		handler, err := attacher.Handler(ctx, h.mountOf(req.URL.Path))
 		if err != nil {
 			status := metav1.Status{Code: http.StatusForbidden, Message: err.Error()}
@@ -347,6 +373,65 @@ func TestRevokedAgentIsClosed(t *testing.T) {
 	if log := h.eventLog(); log[len(log)-1] != "edge=false" {
 		t.Fatalf("events: %v", log)
 	}
+}
+
+// TestSessionOutlivesItsAttachRequest: the attach request returns (and its context ends) once
+// the session is up, so no goroutine deep in the handler chain stays per session; the session
+// goes on serving, its checks still run with the request's user and request info, and a
+// revoked agent's session still ends.
+func TestSessionOutlivesItsAttachRequest(t *testing.T) {
+	h := newHub(t, nil, 50*time.Millisecond)
+	target := targetServer(t)
+	a := startAgent(t, h, target.Listener.Addr().String(), nil)
+	waitFor(t, "the session", a.Connected)
+	waitFor(t, "the attach request to return", func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.inFlight == 0 && h.requestsDone == 1
+	})
+	h.mu.Lock()
+	checked := h.checks
+	h.mu.Unlock()
+	waitFor(t, "checks after the request returned", func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.checks >= checked+3
+	})
+	resp, err := get(context.Background(), h, tunnel.AddressTarget, "/after")
+	if err != nil {
+		t.Fatalf("through the session after its request returned: %v", err)
+	}
+	if body, _ := io.ReadAll(resp.Body); string(body) != "target /after" {
+		t.Fatalf("through the session after its request returned: %q", body)
+	}
+	h.mu.Lock()
+	for _, as := range h.checkedAs {
+		if as != h.agent.GetName()+" get" {
+			t.Errorf("a check saw user and verb %q, want the attach request's", as)
+		}
+	}
+	h.mu.Unlock()
+	h.setAllow(false)
+	waitFor(t, "the revoked session to close", func() bool { _, ok := h.sessions.Connected(h.key()); return !ok })
+}
+
+// TestSessionsAfterCloseAllEnd: once CloseAll ran (the server stops), a session that comes
+// up ends at once, and its agent goes elsewhere.
+func TestSessionsAfterCloseAllEnd(t *testing.T) {
+	h := newHub(t, nil, time.Minute)
+	target := targetServer(t)
+	h.sessions.CloseAll()
+	startAgent(t, h, target.Listener.Addr().String(), nil)
+	// Nothing else closes sessions here.
+	waitFor(t, "two sessions started and ended by themselves", func() bool {
+		n := 0
+		for _, e := range h.eventLog() {
+			if e == "edge=false" {
+				n++
+			}
+		}
+		return n >= 2
+	})
 }
 
 // TestAttachNeedsTunnelAndPermission: the attach handler refuses mounts without spec.tunnel,
