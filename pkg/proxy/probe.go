@@ -56,8 +56,6 @@ type ProbeCache struct {
 	// pruneAt is the number of entries at which the next prune runs: twice what the last one
 	// kept, so that pruning costs each new entry O(1) however many targets there are.
 	pruneAt int
-	// walks counts the prunes that walked the entries.
-	walks int
 }
 
 type probeEntry struct {
@@ -157,7 +155,6 @@ func (c *ProbeCache) prune(now time.Time) {
 	if len(c.entries) < max(maxProbeEntries, c.pruneAt) {
 		return
 	}
-	c.walks++
 	defer func() { c.pruneAt = 2 * len(c.entries) }()
 	for key, e := range c.entries {
 		if e.running != nil {

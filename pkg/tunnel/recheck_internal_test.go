@@ -27,13 +27,7 @@ func TestRechecksHoldNoGoroutinePerSession(t *testing.T) {
 		t.Fatalf("%d sessions in the schedule, want 1000", n)
 	}
 	cancel()
-	deadline := time.Now().Add(10 * time.Second)
-	for r.waiting() != 0 || r.isRunning() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after the sessions ended: %d in the schedule, running %v", r.waiting(), r.isRunning())
-		}
-		time.Sleep(time.Millisecond)
-	}
+	eventually(t, "the schedule to empty and stop after the sessions ended", func() bool { return r.waiting() == 0 && !r.isRunning() })
 	if n := runs.Load(); n != 0 {
 		t.Fatalf("%d checks of sessions not yet due", n)
 	}
@@ -48,15 +42,19 @@ func TestRechecksRunDueSessionsAgain(t *testing.T) {
 	var again, once atomic.Int64
 	r.add(ctx, 0, func() (time.Duration, bool) { again.Add(1); return time.Millisecond, true })
 	r.add(ctx, 0, func() (time.Duration, bool) { once.Add(1); return 0, false })
-	deadline := time.Now().Add(10 * time.Second)
-	for again.Load() < 5 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the repeating session was checked %d times", again.Load())
-		}
-		time.Sleep(time.Millisecond)
-	}
+	eventually(t, "the repeating session's fifth check", func() bool { return again.Load() >= 5 })
 	if n := once.Load(); n != 1 {
 		t.Fatalf("a session whose check answered false was checked %d times", n)
+	}
+}
+
+// eventually polls cond (the package's external tests have waitFor).
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s", what)
+		}
 	}
 }
 
