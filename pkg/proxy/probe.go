@@ -166,6 +166,14 @@ func (c *ProbeCache) prune(now time.Time) {
 	}
 }
 
+// CloseIdleConnections closes the idle connections of m's Target, if one is cached; they are
+// dialed again when needed. A Target shared by mounts of one key closes them for all.
+func (p *Proxier) CloseIdleConnections(m *mounts.Mount) {
+	if p.Transports != nil {
+		p.Transports.closeIdle(m.UID)
+	}
+}
+
 // Probe resolves the Mount's credentials and asks its target /readyz, falling back to /version
 // for targets that do not serve /readyz to these credentials; it waits for the result. It uses
 // the cached transport of the proxy with the mount's own credentials, so a working probe means

@@ -16,9 +16,11 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilproxy "k8s.io/apimachinery/pkg/util/proxy"
 	"k8s.io/client-go/rest"
 
+	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
 	"github.com/kcp-dev/mount-apiserver/pkg/targetpolicy"
 )
 
@@ -314,40 +316,23 @@ func TestTargetResumesTLSSessions(t *testing.T) {
 	}
 }
 
-// TestTunnelConnectionsCloseSoonerWhenIdle: a connection through an agent's tunnel closes once
-// unused for TunnelIdleConnTimeout (each one holds memory and a goroutine of the replica per
-// agent), for the server's and the agent's credentials alike; a direct target's stays open.
-func TestTunnelConnectionsCloseSoonerWhenIdle(t *testing.T) {
-	const idle = 200 * time.Millisecond
-	tr := NewTransports(TransportOptions{TunnelIdleConnTimeout: idle}, nil)
-	tlsTarget, _ := countingServer(t, true, "ok")
-	plainTarget, _ := countingServer(t, false, "ok")
-	via := func(s *httptest.Server) func(ctx context.Context) (net.Conn, error) {
-		return func(ctx context.Context) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "tcp", s.Listener.Addr().String())
-		}
-	}
-	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: tlsTarget.Certificate().Raw})
-	cfg := &rest.Config{Host: tlsTarget.URL, BearerToken: "t", TLSClientConfig: rest.TLSClientConfig{CAData: caPEM}}
-	serverCreds, err := tr.newTargetVia(cfg, nil, 5*time.Second, via(tlsTarget))
+// TestCloseIdleConnectionsOfAMount: the next request after CloseIdleConnections dials afresh;
+// a mount without a cached Target closes nothing and builds none.
+func TestCloseIdleConnectionsOfAMount(t *testing.T) {
+	target, _ := countingServer(t, true, "ok")
+	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: target.Certificate().Raw})
+	tr := NewTransports(TransportOptions{}, nil)
+	p := &Proxier{Transports: tr}
+	tgt, err := tr.Get(context.Background(), "uid", TargetKey{SecretName: "one"}, func() (*rest.Config, error) {
+		return &rest.Config{Host: target.URL, BearerToken: "t", TLSClientConfig: rest.TLSClientConfig{CAData: caPEM}}, nil
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	agentCreds, err := tr.newAgentTarget(5*time.Second, via(plainTarget))
-	if err != nil {
-		t.Fatal(err)
-	}
-	direct, err := tr.Get(context.Background(), "uid", TargetKey{SecretName: "direct"}, func() (*rest.Config, error) { return cfg, nil })
-	if err != nil {
-		t.Fatal(err)
-	}
-	reused := func(tgt *Target) bool {
+	reused := func() bool {
 		t.Helper()
 		var got httptrace.GotConnInfo
 		ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { got = i }})
-		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
 		u := *tgt.Base
 		u.Path = "/readyz"
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
@@ -363,24 +348,18 @@ func TestTunnelConnectionsCloseSoonerWhenIdle(t *testing.T) {
 		resp.Body.Close()
 		return got.Reused
 	}
-	for _, tc := range []struct {
-		name        string
-		target      *Target
-		reusedAfter bool
-	}{
-		{"tunnel with the server's credentials", serverCreds, false},
-		{"tunnel with the agent's credentials", agentCreds, false},
-		{"direct", direct, true},
-	} {
-		if reused(tc.target) {
-			t.Errorf("%s: the first request reused a connection", tc.name)
-		}
-		if !reused(tc.target) {
-			t.Errorf("%s: the second request at once did not reuse the connection", tc.name)
-		}
-		time.Sleep(5 * idle)
-		if got := reused(tc.target); got != tc.reusedAfter {
-			t.Errorf("%s: after %v idle the connection was reused: %v, want %v", tc.name, 5*idle, got, tc.reusedAfter)
-		}
+	if reused() || !reused() {
+		t.Fatal("want a new connection, then the same one again")
+	}
+	p.CloseIdleConnections(&mounts.Mount{ObjectMeta: metav1.ObjectMeta{UID: "other"}})
+	if !reused() {
+		t.Fatal("closing another mount's idle connections closed this one's")
+	}
+	p.CloseIdleConnections(&mounts.Mount{ObjectMeta: metav1.ObjectMeta{UID: "uid"}})
+	if reused() {
+		t.Fatal("the request after CloseIdleConnections reused the closed connection")
+	}
+	if n := tr.Len(); n != 1 {
+		t.Fatalf("%d Targets cached, want 1", n)
 	}
 }

@@ -147,16 +147,7 @@ type TransportOptions struct {
 	Policy *targetpolicy.Policy
 	// MaxFailures bounds the build failures remembered (0: DefaultMaxFailures).
 	MaxFailures int
-	// TunnelIdleConnTimeout closes a connection through an agent's tunnel that stayed idle
-	// this long (0: DefaultTunnelIdleConnTimeout).
-	TunnelIdleConnTimeout time.Duration
 }
-
-// DefaultTunnelIdleConnTimeout is how long a connection through an agent's tunnel stays open
-// unused. Not the 90 s of direct targets: each costs the replica memory and a goroutine per
-// agent (about 30 KiB), and the status probes of a fleet come every 100 s or more, so with 90 s
-// most of 10,000 mounts held one open for nothing. A burst of kubectl commands still shares one.
-const DefaultTunnelIdleConnTimeout = 15 * time.Second
 
 // targetSessionCacheSize bounds the TLS sessions a Target keeps for resumption: a target is
 // one server name, so a few are plenty.
@@ -215,9 +206,6 @@ func NewTransports(opts TransportOptions, metrics *Metrics) *Transports {
 	}
 	if opts.MaxFailures <= 0 {
 		opts.MaxFailures = DefaultMaxFailures
-	}
-	if opts.TunnelIdleConnTimeout <= 0 {
-		opts.TunnelIdleConnTimeout = DefaultTunnelIdleConnTimeout
 	}
 	return &Transports{
 		opts:     opts,
@@ -332,6 +320,16 @@ func (t *Transports) Forget(uid types.UID) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.release(uid)
+}
+
+// closeIdle closes the idle connections of the Target of the mount of uid, if cached.
+func (t *Transports) closeIdle(uid types.UID) {
+	t.mu.Lock()
+	target := t.targets[t.mounts[uid]]
+	t.mu.Unlock()
+	if target != nil {
+		target.plain.CloseIdleConnections()
+	}
 }
 
 func (t *Transports) release(uid types.UID) {
@@ -459,10 +457,6 @@ func (t *Transports) newTargetVia(cfg *rest.Config, caOverride []byte, connectTi
 		}
 		return conn, err
 	}
-	idle := 90 * time.Second
-	if via != nil {
-		idle = t.opts.TunnelIdleConnTimeout
-	}
 	plain := &http.Transport{
 		// Never through an environment proxy: targets are reached as the kubeconfig says.
 		Proxy:                 nil,
@@ -472,7 +466,7 @@ func (t *Transports) newTargetVia(cfg *rest.Config, caOverride []byte, connectTi
 		ForceAttemptHTTP2:     true,
 		MaxIdleConns:          t.opts.MaxIdleConnsPerMount,
 		MaxIdleConnsPerHost:   t.opts.MaxIdleConnsPerMount,
-		IdleConnTimeout:       idle,
+		IdleConnTimeout:       90 * time.Second,
 		ExpectContinueTimeout: time.Second,
 	}
 	upgradeTLS := tlsConfig

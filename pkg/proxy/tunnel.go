@@ -133,7 +133,7 @@ func (t *Transports) newAgentTarget(connectTimeout time.Duration, via func(ctx c
 		DialContext:           dial,
 		MaxIdleConns:          t.opts.MaxIdleConnsPerMount,
 		MaxIdleConnsPerHost:   t.opts.MaxIdleConnsPerMount,
-		IdleConnTimeout:       t.opts.TunnelIdleConnTimeout,
+		IdleConnTimeout:       90 * time.Second,
 		ExpectContinueTimeout: time.Second,
 	}
 	// The guard bounds the agent's answer to an upgrade in time and size, as a target's: an
