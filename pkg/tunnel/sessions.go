@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"time"
@@ -193,6 +194,7 @@ func (s *Sessions) ServeAgent(w http.ResponseWriter, req *http.Request, mount Mo
 	// handedOver is closed once the request's ResponseWriter is no longer used: at the
 	// hijack, or when the upgrade failed and its answer is written.
 	handedOver := make(chan struct{})
+	handOver := sync.OnceFunc(func() { close(handedOver) })
 	attached := false
 	reqCtx := req.Context()
 	hw := &hijackRecorder{ResponseWriter: w, session: sess, hijacked: func() {
@@ -220,22 +222,22 @@ func (s *Sessions) ServeAgent(w http.ResponseWriter, req *http.Request, mount Mo
 		if started != nil {
 			started(ctx, end)
 		}
-		close(handedOver)
+		handOver()
 	}}
-	go s.serve(ctx, end, sess, logger, hw, req.WithContext(context.WithValue(ctx, clientKeyContextKey{}, sess.clientKey)), &attached, handedOver)
+	go s.serve(ctx, end, sess, logger, hw, req.WithContext(context.WithValue(ctx, clientKeyContextKey{}, sess.clientKey)), &attached, handOver)
 	<-handedOver
 }
 
 // serve serves one session (ServeAgent) until it ends. w and req are not used once
 // remotedialer serves the session, so neither they nor what they hold stay live.
-func (s *Sessions) serve(ctx context.Context, end context.CancelFunc, sess *session, logger klog.Logger, w *hijackRecorder, req *http.Request, attached *bool, handedOver chan struct{}) {
+func (s *Sessions) serve(ctx context.Context, end context.CancelFunc, sess *session, logger klog.Logger, w *hijackRecorder, req *http.Request, attached *bool, handOver func()) {
 	defer end()
 	stop := context.AfterFunc(ctx, sess.close)
 	defer stop()
-	s.server.ServeHTTP(w, req)
+	s.serveWebSocket(logger, w, req)
 	sess.close()
+	handOver()
 	if !*attached {
-		close(handedOver)
 		return
 	}
 	mount := sess.mount
@@ -258,6 +260,18 @@ func (s *Sessions) serve(ctx context.Context, end context.CancelFunc, sess *sess
 	if last {
 		s.notify(Event{Mount: mount, Connected: false, Since: sess.since})
 	}
+}
+
+// serveWebSocket runs remotedialer on one session. A panic ends that session only, as the
+// server's panic filter and net/http did while sessions ran on their request's goroutine: an
+// agent is a tenant, and no session may take the replica down.
+func (s *Sessions) serveWebSocket(logger klog.Logger, w http.ResponseWriter, req *http.Request) {
+	defer func() {
+		if r := recover(); r != nil {
+			logger.Error(fmt.Errorf("panic: %v", r), "Serving an agent session panicked; it is closed", "stack", string(debug.Stack()))
+		}
+	}()
+	s.server.ServeHTTP(w, req)
 }
 
 // sessionContext is the context of a session, which outlives its attach request: the

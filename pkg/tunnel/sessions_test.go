@@ -434,6 +434,46 @@ func TestSessionsAfterCloseAllEnd(t *testing.T) {
 	})
 }
 
+// TestAPanicEndsOnlyItsSession: a panic while a session is served (here in the code that runs
+// once it is up) closes that session and is logged; the process and the attach request live
+// on, and the agent's next session is served.
+func TestAPanicEndsOnlyItsSession(t *testing.T) {
+	sessions := tunnel.NewSessions(nil, tunnel.Limits{})
+	t.Cleanup(sessions.CloseAll)
+	m := tunnel.Mount{Cluster: clusters.DefaultCluster, Name: "edge", UID: "uid-1"}
+	var mu sync.Mutex
+	attaches, returned := 0, 0
+	hubServer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		mu.Lock()
+		attaches++
+		first := attaches == 1
+		mu.Unlock()
+		sessions.ServeAgent(w, req, m, "", func(context.Context, context.CancelFunc) {
+			if first {
+				panic("a bug while serving a session")
+			}
+		})
+		mu.Lock()
+		returned++
+		mu.Unlock()
+	}))
+	t.Cleanup(hubServer.Close)
+	target := targetServer(t)
+	url, err := agent.AttachURL(hubServer.URL, "", m.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := agenttest.Run(t, &agent.Config{Hub: &rest.Config{Host: hubServer.URL}, AttachURL: url, Mount: m.Name, Target: target.Listener.Addr().String(), MaxBackoff: time.Second})
+	waitFor(t, "the agent's second session", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return attaches >= 2 && returned >= 2 && a.Connected()
+	})
+	if _, ok := sessions.Connected(m.Key()); !ok {
+		t.Fatal("no session after the agent came back")
+	}
+}
+
 // TestAttachNeedsTunnelAndPermission: the attach handler refuses mounts without spec.tunnel,
 // agents without "create" on mounts/attach for the name, and agents other than the one a
 // mount names, before any upgrade.
