@@ -166,8 +166,9 @@ func (c *ProbeCache) prune(now time.Time) {
 	}
 }
 
-// CloseIdleConnections closes the idle connections of m's Target, if one is cached; they are
-// dialed again when needed. A Target shared by mounts of one key closes them for all.
+// CloseIdleConnections closes the idle connections of m's Target, if one is cached and serves
+// m alone (a tunnel's always does); they are dialed again when needed. A Target shared by
+// mounts of one key keeps them: the other mounts' probes and requests use them.
 func (p *Proxier) CloseIdleConnections(m *mounts.Mount) {
 	if p.Transports != nil {
 		p.Transports.closeIdle(m.UID)

@@ -317,7 +317,8 @@ func TestTargetResumesTLSSessions(t *testing.T) {
 }
 
 // TestCloseIdleConnectionsOfAMount: the next request after CloseIdleConnections dials afresh;
-// a mount without a cached Target closes nothing and builds none.
+// a mount without a cached Target closes nothing and builds none; a Target another mount
+// shares keeps its connections.
 func TestCloseIdleConnectionsOfAMount(t *testing.T) {
 	target, _ := countingServer(t, true, "ok")
 	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: target.Certificate().Raw})
@@ -361,5 +362,16 @@ func TestCloseIdleConnectionsOfAMount(t *testing.T) {
 	}
 	if n := tr.Len(); n != 1 {
 		t.Fatalf("%d Targets cached, want 1", n)
+	}
+	if _, err := tr.Get(context.Background(), "sharing", TargetKey{SecretName: "one"}, func() (*rest.Config, error) {
+		t.Fatal("a second mount of the key built its own Target")
+		return nil, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	_ = reused()
+	p.CloseIdleConnections(&mounts.Mount{ObjectMeta: metav1.ObjectMeta{UID: "uid"}})
+	if !reused() {
+		t.Fatal("closing one mount's idle connections closed those of a Target another mount shares")
 	}
 }

@@ -322,12 +322,15 @@ func (t *Transports) Forget(uid types.UID) {
 	t.release(uid)
 }
 
-// closeIdle closes the idle connections of the Target of the mount of uid, if cached.
+// closeIdle closes the idle connections of the Target of the mount of uid, if cached and
+// that mount's alone: a Target shared by mounts of one key (one Secret's, or kcp's) keeps
+// them for the others' probes and requests.
 func (t *Transports) closeIdle(uid types.UID) {
 	t.mu.Lock()
-	target := t.targets[t.mounts[uid]]
+	target, ok := t.targets[t.mounts[uid]]
+	alone := ok && target.users == 1
 	t.mu.Unlock()
-	if target != nil {
+	if alone {
 		target.plain.CloseIdleConnections()
 	}
 }

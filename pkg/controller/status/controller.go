@@ -51,7 +51,8 @@ type Prober interface {
 // (thousands of mounts at --status-probes-qps), a probe's connection is closed by the target
 // before the next probe could reuse it; the controller closes it right after the probe
 // instead of holding it for nothing: through a tunnel that is memory and a goroutine of the
-// replica per mount (about 30 KiB; a third of 10,000 tunnel mounts held one).
+// replica per mount (about 30 KiB; a third of 10,000 tunnel mounts held one). Connections of
+// a Target that other mounts share stay (proxy.Proxier.CloseIdleConnections).
 const targetIdleTimeout = 90 * time.Second
 
 // refreshInterval bounds how often a mount is probed at once because the proxy or its agent
