@@ -44,7 +44,13 @@ func countingServer(t *testing.T, tlsServer bool, body string) (*httptest.Server
 
 func get(t *testing.T, target *Target, path string) (*http.Response, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	return getWith(context.Background(), t, target, path)
+}
+
+// getWith is get within ctx (a client trace, say).
+func getWith(ctx context.Context, t *testing.T, target *Target, path string) (*http.Response, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	t.Cleanup(cancel)
 	u := *target.Base
 	u.Path = path
@@ -334,14 +340,7 @@ func TestCloseIdleConnectionsOfAMount(t *testing.T) {
 		t.Helper()
 		var got httptrace.GotConnInfo
 		ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { got = i }})
-		u := *tgt.Base
-		u.Path = "/readyz"
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rt, _ := tgt.RoundTrippers(nil)
-		resp, err := rt.RoundTrip(req)
+		resp, err := getWith(ctx, t, tgt, "/readyz")
 		if err != nil {
 			t.Fatal(err)
 		}

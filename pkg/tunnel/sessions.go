@@ -195,12 +195,10 @@ func (s *Sessions) ServeAgent(w http.ResponseWriter, req *http.Request, mount Mo
 	// hijack, or when the upgrade failed and its answer is written.
 	handedOver := make(chan struct{})
 	handOver := sync.OnceFunc(func() { close(handedOver) })
-	attached := false
 	reqCtx := req.Context()
 	hw := &hijackRecorder{ResponseWriter: w, session: sess, hijacked: func() {
-		// The session counts from the upgrade on: a request that never becomes a WebSocket
-		// replaces nothing and reports nothing.
-		attached = true
+		// The session counts from the upgrade on (sess has its connection): a request that
+		// never becomes a WebSocket replaces nothing and reports nothing.
 		releaseAttachSlot(reqCtx)
 		sess.since = time.Now()
 		s.mu.Lock()
@@ -224,20 +222,20 @@ func (s *Sessions) ServeAgent(w http.ResponseWriter, req *http.Request, mount Mo
 		}
 		handOver()
 	}}
-	go s.serve(ctx, end, sess, logger, hw, req.WithContext(context.WithValue(ctx, clientKeyContextKey{}, sess.clientKey)), &attached, handOver)
+	go s.serve(ctx, end, sess, logger, hw, req.WithContext(context.WithValue(ctx, clientKeyContextKey{}, sess.clientKey)), handOver)
 	<-handedOver
 }
 
 // serve serves one session (ServeAgent) until it ends. w and req are not used once
 // remotedialer serves the session, so neither they nor what they hold stay live.
-func (s *Sessions) serve(ctx context.Context, end context.CancelFunc, sess *session, logger klog.Logger, w *hijackRecorder, req *http.Request, attached *bool, handOver func()) {
+func (s *Sessions) serve(ctx context.Context, end context.CancelFunc, sess *session, logger klog.Logger, w *hijackRecorder, req *http.Request, handOver func()) {
 	defer end()
 	stop := context.AfterFunc(ctx, sess.close)
 	defer stop()
 	s.serveWebSocket(logger, w, req)
 	sess.close()
 	handOver()
-	if !*attached {
+	if !sess.hasConn() {
 		return
 	}
 	mount := sess.mount

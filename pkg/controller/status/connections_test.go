@@ -13,7 +13,6 @@ import (
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
 	"github.com/kcp-dev/mount-apiserver/pkg/cmd/server/options"
 	"github.com/kcp-dev/mount-apiserver/pkg/controller/status"
-	informers "github.com/kcp-dev/mount-apiserver/pkg/generated/informers/externalversions"
 	"github.com/kcp-dev/mount-apiserver/pkg/proxy"
 	"github.com/kcp-dev/mount-apiserver/test/integration/framework"
 )
@@ -66,16 +65,7 @@ func TestProbesFarApartCloseTheirConnections(t *testing.T) {
 			}
 			defer func() { _ = mountsClient.Delete(context.Background(), "m", metav1.DeleteOptions{}) }()
 			prober := &closeCounter{Proxier: &proxy.Proxier{Secrets: secrets, Transports: proxy.NewTransports(proxy.TransportOptions{}, nil)}}
-			factory := informers.NewSharedInformerFactory(server.Client, 0)
-			ctrl, err := status.New(server.Client, factory.Mounts().V1alpha1().Mounts(), prober, nil,
-				status.Options{BaseURL: server.URL, Interval: time.Minute, ProbesPerSecond: tc.perSecond})
-			if err != nil {
-				t.Fatal(err)
-			}
-			factory.Start(ctx.Done())
-			done := make(chan struct{})
-			go func() { defer close(done); ctrl.Run(ctx) }()
-			defer func() { cancel(); <-done }()
+			runController(ctx, t, server, prober, status.Options{BaseURL: server.URL, Interval: time.Minute, ProbesPerSecond: tc.perSecond})
 			waitFor(ctx, t, mountsClient, "m", 20*time.Second, func(m *v1alpha1.Mount) bool { return m.Status.Phase == v1alpha1.MountPhaseReady })
 			if closed := prober.closed.Load() > 0; closed != tc.wantClose {
 				t.Errorf("the probe's connections were closed after it: %v, want %v", closed, tc.wantClose)

@@ -133,17 +133,7 @@ func TestHungTargetsDoNotStarveHealthyMounts(t *testing.T) {
 	// 2 s, although the hung mounts allow 300 s to connect.
 	proxier := &proxy.Proxier{Secrets: secrets, Transports: proxy.NewTransports(proxy.TransportOptions{}, nil),
 		Probes: &proxy.ProbeCache{TTL: time.Nanosecond, Timeout: 2 * time.Second}}
-	factory := informers.NewSharedInformerFactory(server.Client, 0)
-	ctrl, err := status.New(server.Client, factory.Mounts().V1alpha1().Mounts(), proxier, nil, status.Options{
-		BaseURL: server.URL, Interval: time.Minute, Workers: 16,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	factory.Start(ctx.Done())
-	done := make(chan struct{})
-	go func() { defer close(done); ctrl.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	runController(ctx, t, server, proxier, status.Options{BaseURL: server.URL, Interval: time.Minute, Workers: 16})
 
 	// Once every worker has had a hung target to probe, a healthy mount comes.
 	for deadline := time.Now().Add(20 * time.Second); accepted() < 16; time.Sleep(10 * time.Millisecond) {
@@ -215,6 +205,23 @@ func TestHungTargetsDoNotStarveHealthyMounts(t *testing.T) {
 }
 
 // waitFor polls the mount until ok holds, failing the test after timeout.
+// runController runs a status controller of prober over server's Mounts until ctx ends or the
+// test does; the test waits for it to stop.
+func runController(ctx context.Context, t *testing.T, server *framework.Server, prober status.Prober, opts status.Options) *status.Controller {
+	t.Helper()
+	factory := informers.NewSharedInformerFactory(server.Client, 0)
+	ctrl, err := status.New(server.Client, factory.Mounts().V1alpha1().Mounts(), prober, nil, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	factory.Start(ctx.Done())
+	done := make(chan struct{})
+	go func() { defer close(done); ctrl.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return ctrl
+}
+
 func waitFor(ctx context.Context, t *testing.T, client mountsv1alpha1.MountInterface, name string, timeout time.Duration, ok func(*v1alpha1.Mount) bool) *v1alpha1.Mount {
 	t.Helper()
 	var m *v1alpha1.Mount
@@ -304,17 +311,7 @@ func TestWorkspaceMountFollowsAFixedCause(t *testing.T) {
 	mountsClient := server.Client.MountsV1alpha1().Mounts()
 
 	resolver := &grantable{}
-	factory := informers.NewSharedInformerFactory(server.Client, 0)
-	ctrl, err := status.New(server.Client, factory.Mounts().V1alpha1().Mounts(), &proxy.Proxier{}, nil, status.Options{
-		BaseURL: server.URL, Interval: time.Minute, Workspaces: resolver,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	factory.Start(ctx.Done())
-	done := make(chan struct{})
-	go func() { defer close(done); ctrl.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	runController(ctx, t, server, &proxy.Proxier{}, status.Options{BaseURL: server.URL, Interval: time.Minute, Workspaces: resolver})
 
 	m := &v1alpha1.Mount{ObjectMeta: metav1.ObjectMeta{Name: "team"},
 		Spec: v1alpha1.MountSpec{Type: v1alpha1.MountTypeWorkspace, Ref: v1alpha1.ObjectReference{Kind: "Workspace", Name: "root:org:team"}}}

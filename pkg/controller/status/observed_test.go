@@ -14,7 +14,6 @@ import (
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
 	"github.com/kcp-dev/mount-apiserver/pkg/cmd/server/options"
 	"github.com/kcp-dev/mount-apiserver/pkg/controller/status"
-	informers "github.com/kcp-dev/mount-apiserver/pkg/generated/informers/externalversions"
 	"github.com/kcp-dev/mount-apiserver/pkg/proxy"
 	"github.com/kcp-dev/mount-apiserver/test/integration/framework"
 )
@@ -46,15 +45,7 @@ func TestObservedProbesAgain(t *testing.T) {
 	}
 	proxier := &proxy.Proxier{Secrets: secrets, Transports: proxy.NewTransports(proxy.TransportOptions{}, nil),
 		Probes: &proxy.ProbeCache{TTL: time.Minute}}
-	factory := informers.NewSharedInformerFactory(server.Client, 0)
-	ctrl, err := status.New(server.Client, factory.Mounts().V1alpha1().Mounts(), proxier, nil, status.Options{BaseURL: server.URL, Interval: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	factory.Start(ctx.Done())
-	done := make(chan struct{})
-	go func() { defer close(done); ctrl.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	ctrl := runController(ctx, t, server, proxier, status.Options{BaseURL: server.URL, Interval: time.Minute})
 	waitFor(ctx, t, mountsClient, "m", 20*time.Second, func(m *v1alpha1.Mount) bool { return m.Status.Phase == v1alpha1.MountPhaseReady })
 	internal := &mounts.Mount{ObjectMeta: metav1.ObjectMeta{Name: "m"}, Spec: mounts.MountSpec{Type: mounts.MountTypeURL}}
 
