@@ -81,7 +81,7 @@ func run(requests, listMB, lists int) error {
 		if bin, err = framework.BuildMountAPIServer(); err != nil {
 			return err
 		}
-		defer os.RemoveAll(filepath.Dir(bin))
+		defer framework.RemoveBuilds()
 	}
 	// No audit log: the benchmark measures the proxy, not the harness's audit writer.
 	clusters, err := framework.StartClustersProcess(ctx, dir, bin, "--audit-log-path=")

@@ -16,6 +16,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/kcp-dev/mount-apiserver/test/integration/framework"
 	"github.com/kcp-dev/mount-apiserver/test/soak/soak"
 )
 
@@ -32,6 +33,7 @@ func main() {
 	defer stop()
 	ctx = klog.NewContext(ctx, klog.Background())
 	r, err := soak.Run(ctx, cfg)
+	framework.RemoveBuilds()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

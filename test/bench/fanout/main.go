@@ -139,6 +139,7 @@ func run(nMounts, nTargets, nObjects, rounds, eventRate int, watchFor, memberTim
 	if err != nil {
 		return err
 	}
+	defer framework.RemoveBuilds()
 	// --request-timeout: on a loaded machine an unpaged LIST of 100,000 objects may take longer
 	// than the default minute, which would cut it off (as kube-apiserver cuts its own LISTs).
 	hub, pid, err := framework.StartProcess(ctx, bin, filepath.Join(dir, "hub"), "--status-controller=false", "--fanout-member-timeout="+memberTimeout.String(), "--request-timeout="+requestTimeout.String())

@@ -71,6 +71,7 @@ func run(n, rounds int, serverFlags []string) error {
 	if err != nil {
 		return err
 	}
+	defer framework.RemoveBuilds()
 	s, pid, err := framework.StartProcess(ctx, bin, filepath.Join(dir, "root"), append([]string{"--status-controller=false", "--feature-gates=CBORServingAndStorage=true"}, serverFlags...)...)
 	if err != nil {
 		return err

@@ -89,7 +89,7 @@ func run(lists, watches, bigMB int) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(filepath.Dir(bin))
+	defer framework.RemoveBuilds()
 	root := filepath.Join(dir, "server", "root")
 	if err := os.MkdirAll(filepath.Dir(root), 0o700); err != nil {
 		return err

@@ -88,6 +88,7 @@ func run(n, unreachablePercent int, steady time.Duration) error {
 		if bin, err = framework.BuildMountAPIServer(); err != nil {
 			return err
 		}
+		defer framework.RemoveBuilds()
 	}
 	port, err := framework.FreePort()
 	if err != nil {

@@ -75,12 +75,10 @@ func run(requests, listMB, lists, execs, rounds int) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(filepath.Dir(bin))
-	agentBin, err := framework.BuildAgentBinary()
-	if err != nil {
+	defer framework.RemoveBuilds()
+	if _, err := framework.BuildAgentBinary(); err != nil {
 		return err
 	}
-	defer os.RemoveAll(filepath.Dir(agentBin))
 	// No audit log: the bench measures the proxy and the tunnel, not the audit writer.
 	clusters, err := framework.StartClustersProcess(ctx, dir, bin, "--audit-log-path=")
 	if err != nil {

@@ -105,7 +105,7 @@ func main() {
 	flag.BoolVar(&c.keep, "keep", false, "keep the directory with the logs")
 	flag.Float64Var(&c.ramp, "ramp", 0, "new agents started per second at each number of sessions, as a fleet rolls out (0: all at once, an attach storm: 9,000 at once overloaded this machine's host, whose timed-out re-checks then closed sessions)")
 	flag.BoolVar(&c.agentBindings, "agent-bindings", false, "give each agent a ClusterRole and a binding of its own on the host (resourceNames: its Mount), instead of one binding for the agents' namespace and each Mount naming its agent (spec.tunnel.agentUser); the host's RBAC walks every binding on every request")
-	flag.StringVar(&c.profiles, "profiles", "", "directory to write profiles of each replica to: CPU over each idle window, heap at its end (cpu-<sessions>-<replica>.pprof, heap-...; go tool pprof -top reads them)")
+	flag.StringVar(&c.profiles, "profiles", "", "directory to write profiles of each replica to: CPU and allocations over each idle window, heap at its end (cpu-<sessions>-<replica>.pprof, allocs-..., heap-...; go tool pprof -top reads them)")
 	flag.Parse()
 	for _, s := range strings.Split(*levels, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -218,7 +218,7 @@ func (b *bench) setUp(ctx context.Context) error {
 		if bin, err = framework.BuildMountAPIServer(); err != nil {
 			return err
 		}
-		defer os.RemoveAll(filepath.Dir(bin))
+		defer framework.RemoveBuilds()
 	}
 
 	// The aggregator reaches the replicas through a forwarder, as through a Service.
@@ -497,7 +497,7 @@ func (b *bench) idle(ctx context.Context, n int) ([]figures, error) {
 	return out, nil
 }
 
-// profile starts a CPU profile of every replica over the idle window, if asked to, and
+// profile starts CPU and allocation profiles of every replica over the idle window, if asked to, and
 // returns what waits for them to be written. The profiler costs a little CPU of its own.
 func (b *bench) profile(n int) func() error {
 	if b.c.profiles == "" {
@@ -511,13 +511,25 @@ func (b *bench) profile(n int) func() error {
 				if err != nil {
 					return err
 				}
-				for _, p := range []struct{ kind, query string }{{"cpu", fmt.Sprintf("profile?seconds=%d", int(b.c.window.Seconds()))}, {"heap", "heap"}} {
-					path := filepath.Join(b.c.profiles, fmt.Sprintf("%s-%d-%d.pprof", p.kind, n, i+1))
-					if err := fetchProfile(client, h.url()+"/debug/pprof/"+p.query, path); err != nil {
+				fetch := func(kind, query string) error {
+					path := filepath.Join(b.c.profiles, fmt.Sprintf("%s-%d-%d.pprof", kind, n, i+1))
+					if err := fetchProfile(client, h.url()+"/debug/pprof/"+query, path); err != nil {
 						return fmt.Errorf("profiling replica %d: %w", i+1, err)
 					}
+					return nil
 				}
-				fmt.Printf("replica %d: CPU profile of the window and heap profile at its end in %s\n", i+1, b.c.profiles)
+				// What the window allocates (a delta profile) is what the garbage collector's
+				// share of the idle CPU comes from.
+				seconds := int(b.c.window.Seconds())
+				allocs := make(chan error, 1)
+				go func() { allocs <- fetch("allocs", fmt.Sprintf("allocs?seconds=%d", seconds)) }()
+				if err := errors.Join(fetch("cpu", fmt.Sprintf("profile?seconds=%d", seconds)), <-allocs); err != nil {
+					return err
+				}
+				if err := fetch("heap", "heap"); err != nil {
+					return err
+				}
+				fmt.Printf("replica %d: CPU and allocation profiles of the window and a heap profile at its end in %s\n", i+1, b.c.profiles)
 				return nil
 			}()
 		}()

@@ -51,5 +51,5 @@ func run(m *testing.M) int {
 	kube, agg, remote = clusters.Host, clusters.Agg, clusters.Remote
 	fmt.Printf("harness: etcd+kube-apiserver ready in %v, mount-apiserver registered and Available after %v\n",
 		clusters.HostReady.Round(time.Millisecond), clusters.AggregatedReady.Round(time.Millisecond))
-	return m.Run()
+	return framework.Main(m)
 }

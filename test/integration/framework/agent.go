@@ -14,12 +14,6 @@ import (
 	"testing"
 )
 
-var (
-	agentBuildOnce sync.Once
-	agentBin       string
-	agentBuildErr  error
-)
-
 // BuildAgent builds ./cmd/mount-agent once per test process and returns its path.
 func BuildAgent(t testing.TB) string {
 	t.Helper()
@@ -32,20 +26,7 @@ func BuildAgent(t testing.TB) string {
 
 // BuildAgentBinary is BuildAgent for callers without a testing.TB (benchmarks).
 func BuildAgentBinary() (string, error) {
-	agentBuildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "mount-agent-bin-")
-		if err != nil {
-			agentBuildErr = err
-			return
-		}
-		out := filepath.Join(dir, "mount-agent")
-		if output, err := exec.Command("go", "build", "-o", out, "github.com/kcp-dev/mount-apiserver/cmd/mount-agent").CombinedOutput(); err != nil {
-			agentBuildErr = fmt.Errorf("go build: %w\n%s", err, output)
-			return
-		}
-		agentBin = out
-	})
-	return agentBin, agentBuildErr
+	return buildCommand("github.com/kcp-dev/mount-apiserver/cmd/mount-agent", "mount-agent")
 }
 
 // Agent is a mount-agent running as its own process, serving /healthz, /readyz and

@@ -163,12 +163,6 @@ func waitReady(ctx context.Context, s *Server, exit *exitStatus) error {
 // Binary is a mount-apiserver binary built for the tests.
 type Binary string
 
-var (
-	buildOnce sync.Once
-	built     string
-	buildErr  error
-)
-
 // BuildBinary builds ./cmd/mount-apiserver once per test process.
 func BuildBinary(t testing.TB) Binary {
 	t.Helper()
@@ -181,21 +175,7 @@ func BuildBinary(t testing.TB) Binary {
 
 // BuildMountAPIServer builds ./cmd/mount-apiserver once per process and returns its path.
 func BuildMountAPIServer() (string, error) {
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "mount-apiserver-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		out := filepath.Join(dir, "mount-apiserver")
-		cmd := exec.Command("go", "build", "-o", out, "github.com/kcp-dev/mount-apiserver/cmd/mount-apiserver")
-		if output, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %w\n%s", err, output)
-			return
-		}
-		built = out
-	})
-	return built, buildErr
+	return buildCommand("github.com/kcp-dev/mount-apiserver/cmd/mount-apiserver", "mount-apiserver")
 }
 
 // BuildBinaryWith builds ./cmd/mount-apiserver with extra go build flags (e.g. -ldflags) into
