@@ -3,7 +3,6 @@ package proxy
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"log"
 	"net"
@@ -175,6 +174,8 @@ type Transports struct {
 	building map[TargetKey]*pendingBuild
 	failures map[TargetKey]*failure
 	mounts   map[types.UID]TargetKey
+	// caPools shares the parsed CA bundles of the Targets.
+	caPools *caPools
 }
 
 // pendingBuild is a Target being built; done is closed when target or err is set.
@@ -214,6 +215,7 @@ func NewTransports(opts TransportOptions, metrics *Metrics) *Transports {
 		building: map[TargetKey]*pendingBuild{},
 		failures: map[TargetKey]*failure{},
 		mounts:   map[types.UID]TargetKey{},
+		caPools:  newCAPools(),
 	}
 }
 
@@ -415,9 +417,31 @@ func (t *Transports) newTargetVia(cfg *rest.Config, caOverride []byte, connectTi
 	} else if err := checkTunnelURL(base); err != nil {
 		return nil, err
 	}
-	tlsConfig, err := rest.TLSConfigFor(cfg)
+	// The CA bundle is parsed once for all Targets that hold it (caPools), not by client-go for
+	// each; client-go still checks the rest (it refuses a CA beside insecure, which a Secret's
+	// kubeconfig may not set anyway).
+	tlsCfg := cfg
+	caData := cfg.CAData
+	if len(caData) > 0 && cfg.CAFile == "" && !cfg.Insecure {
+		tlsCfg = rest.CopyConfig(cfg)
+		tlsCfg.CAData = nil
+	} else {
+		caData = nil
+	}
+	tlsConfig, err := rest.TLSConfigFor(tlsCfg)
 	if err != nil {
 		return nil, fmt.Errorf("%w: TLS settings are unusable", ErrCredentials)
+	}
+	if len(caData) > 0 {
+		if tlsConfig == nil {
+			tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+		pool, ok := t.caPools.get(caData)
+		if !ok {
+			// client-go refuses a bundle without a certificate too.
+			return nil, fmt.Errorf("%w: TLS settings are unusable", ErrCredentials)
+		}
+		tlsConfig.RootCAs = pool
 	}
 	if tlsConfig == nil && base.Scheme == "https" {
 		// client-go has no TLS configuration without CA data or a client certificate. Make
@@ -437,8 +461,8 @@ func (t *Transports) newTargetVia(cfg *rest.Config, caOverride []byte, connectTi
 		tlsConfig.ClientSessionCache = tls.NewLRUClientSessionCache(targetSessionCacheSize)
 	}
 	if len(caOverride) > 0 && tlsConfig != nil {
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(caOverride) {
+		pool, ok := t.caPools.get(caOverride)
+		if !ok {
 			return nil, fmt.Errorf("%w: spec.caBundle holds no certificate", ErrCredentials)
 		}
 		tlsConfig.RootCAs = pool
