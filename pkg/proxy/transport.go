@@ -420,23 +420,21 @@ func (t *Transports) newTargetVia(cfg *rest.Config, caOverride []byte, connectTi
 	// The CA bundle is parsed once for all Targets that hold it (caPools), not by client-go for
 	// each; client-go still checks the rest (it refuses a CA beside insecure, which a Secret's
 	// kubeconfig may not set anyway).
+	shareCA := len(cfg.CAData) > 0 && cfg.CAFile == "" && !cfg.Insecure
 	tlsCfg := cfg
-	caData := cfg.CAData
-	if len(caData) > 0 && cfg.CAFile == "" && !cfg.Insecure {
+	if shareCA {
 		tlsCfg = rest.CopyConfig(cfg)
 		tlsCfg.CAData = nil
-	} else {
-		caData = nil
 	}
 	tlsConfig, err := rest.TLSConfigFor(tlsCfg)
 	if err != nil {
 		return nil, fmt.Errorf("%w: TLS settings are unusable", ErrCredentials)
 	}
-	if len(caData) > 0 {
+	if shareCA {
 		if tlsConfig == nil {
 			tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 		}
-		pool, ok := t.caPools.get(caData)
+		pool, ok := t.caPools.get(cfg.CAData)
 		if !ok {
 			// client-go refuses a bundle without a certificate too.
 			return nil, fmt.Errorf("%w: TLS settings are unusable", ErrCredentials)

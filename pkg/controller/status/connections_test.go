@@ -35,17 +35,8 @@ func (c *closeCounter) CloseIdleConnections(m *mounts.Mount) {
 func TestProbesFarApartCloseTheirConnections(t *testing.T) {
 	server := framework.StartInProcess(t, "", func(o *options.Options) { o.StatusController = false })
 	mountsClient := server.Client.MountsV1alpha1().Mounts()
-	target, err := framework.StartRecordingServer("127.0.0.1:0", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer target.Close()
-	kubeconfig, err := target.Kubeconfig("t")
-	if err != nil {
-		t.Fatal(err)
-	}
 	secrets := secretMap{}
-	secrets.add("target", kubeconfig)
+	secrets.startTarget(t, "target", nil)
 
 	for _, tc := range []struct {
 		name      string

@@ -27,6 +27,7 @@ import (
 	mountsv1alpha1 "github.com/kcp-dev/mount-apiserver/pkg/generated/clientset/versioned/typed/mounts/v1alpha1"
 	informers "github.com/kcp-dev/mount-apiserver/pkg/generated/informers/externalversions"
 	"github.com/kcp-dev/mount-apiserver/pkg/kcp"
+	"github.com/kcp-dev/mount-apiserver/pkg/pki"
 	"github.com/kcp-dev/mount-apiserver/pkg/proxy"
 	"github.com/kcp-dev/mount-apiserver/test/integration/framework"
 )
@@ -45,6 +46,23 @@ func (s secretMap) GetSecret(_ context.Context, namespace, name string) (*corev1
 func (s secretMap) add(name string, kubeconfig []byte) {
 	s["targets/"+name] = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "targets", Name: name, ResourceVersion: "1"},
 		Data: map[string][]byte{v1alpha1.SecretKeyKubeconfig: kubeconfig}}
+}
+
+// startTarget starts a recording target (of ca; a new CA when nil), closed when the test ends,
+// and adds a kubeconfig for it to s as name.
+func (s secretMap) startTarget(t *testing.T, name string, ca *pki.CA) *framework.RecordingServer {
+	t.Helper()
+	target, err := framework.StartRecordingServer("127.0.0.1:0", ca)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(target.Close)
+	kubeconfig, err := target.Kubeconfig("t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.add(name, kubeconfig)
+	return target
 }
 
 // hungListener accepts TCP connections on 127.0.0.1 and never answers on them, like a target
@@ -104,17 +122,8 @@ func TestHungTargetsDoNotStarveHealthyMounts(t *testing.T) {
 	server := framework.StartInProcess(t, "", func(o *options.Options) { o.StatusController = false })
 	mountsClient := server.Client.MountsV1alpha1().Mounts()
 
-	healthy, err := framework.StartRecordingServer("127.0.0.1:0", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer healthy.Close()
-	healthyKubeconfig, err := healthy.Kubeconfig("t")
-	if err != nil {
-		t.Fatal(err)
-	}
 	secrets := secretMap{}
-	secrets.add("healthy", healthyKubeconfig)
+	healthy := secrets.startTarget(t, "healthy", nil)
 	hung, accepted := hungListener(t)
 	const hungMounts = 24
 	for i := range hungMounts {
@@ -169,20 +178,11 @@ func TestHungTargetsDoNotStarveHealthyMounts(t *testing.T) {
 
 	// A healthy target slower than the controller's probe wait: the probe goes on without the
 	// worker, and its result makes the mount Ready.
-	slow, err := framework.StartRecordingServer("127.0.0.1:0", healthy.CA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer slow.Close()
+	slow := secrets.startTarget(t, "slow", healthy.CA)
 	slow.Handler = func(w http.ResponseWriter, _ *http.Request) {
 		time.Sleep(time.Second)
 		_, _ = w.Write([]byte("ok"))
 	}
-	slowKubeconfig, err := slow.Kubeconfig("t")
-	if err != nil {
-		t.Fatal(err)
-	}
-	secrets.add("slow", slowKubeconfig)
 	start = time.Now()
 	if _, err := mountsClient.Create(ctx, mountOf("slow", "slow", 0), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -245,17 +245,8 @@ func TestRunsAgainAfterLosingTheLease(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	server := framework.StartInProcess(t, "", func(o *options.Options) { o.StatusController = false })
 	mountsClient := server.Client.MountsV1alpha1().Mounts()
-	target, err := framework.StartRecordingServer("127.0.0.1:0", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer target.Close()
-	kubeconfig, err := target.Kubeconfig("t")
-	if err != nil {
-		t.Fatal(err)
-	}
 	secrets := secretMap{}
-	secrets.add("target", kubeconfig)
+	secrets.startTarget(t, "target", nil)
 	proxier := &proxy.Proxier{Secrets: secrets, Transports: proxy.NewTransports(proxy.TransportOptions{}, nil), Probes: &proxy.ProbeCache{}}
 	factory := informers.NewSharedInformerFactory(server.Client, 0)
 	ctrl, err := status.New(server.Client, factory.Mounts().V1alpha1().Mounts(), proxier, nil, status.Options{BaseURL: server.URL, Interval: time.Minute})

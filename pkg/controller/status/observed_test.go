@@ -29,17 +29,9 @@ func TestObservedProbesAgain(t *testing.T) {
 	server := framework.StartInProcess(t, "", func(o *options.Options) { o.StatusController = false })
 	mountsClient := server.Client.MountsV1alpha1().Mounts()
 
-	target, err := framework.StartRecordingServer("127.0.0.1:0", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := target.Listener.Addr().String()
-	kubeconfig, err := target.Kubeconfig("t")
-	if err != nil {
-		t.Fatal(err)
-	}
 	secrets := secretMap{}
-	secrets.add("target", kubeconfig)
+	target := secrets.startTarget(t, "target", nil)
+	addr := target.Listener.Addr().String()
 	if _, err := mountsClient.Create(ctx, mountOf("m", "target", 2), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

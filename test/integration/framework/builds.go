@@ -11,7 +11,7 @@ import (
 
 // builds holds the commands this process built for its tests, each built at most once, in one
 // temporary directory that RemoveBuilds deletes. Test processes that left their binaries behind
-// (over 100 MiB each) once filled a CI machine's disk mid-run.
+// (70-130 MiB each) once filled a CI machine's disk mid-run.
 var builds = struct {
 	sync.Mutex
 	dir  string
