@@ -138,9 +138,12 @@ func (c *Config) Complete() CompletedConfig {
 	}}
 }
 
-// Close releases what the configuration started (the embedded etcd). A Server does this itself
-// when it stops; call Close only when no Server was built.
+// Close releases what the configuration started (the embedded etcd, the secure listener). A
+// Server does this itself when it stops; call Close only when no Server was built.
 func (c *Config) Close() {
+	if c.Generic != nil && c.Generic.SecureServing != nil && c.Generic.SecureServing.Listener != nil {
+		_ = c.Generic.SecureServing.Listener.Close()
+	}
 	c.Extra.EmbeddedEtcd.Close()
 	c.Extra.AdmissionRelay.close()
 }

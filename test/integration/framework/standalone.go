@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -200,18 +201,41 @@ type Process struct {
 }
 
 // Start runs the binary with a root directory on a free loopback port and waits until ready.
+// A port taken by another process between FreePort and the server's bind (tests run in
+// parallel) is not the server's fault: Start tries another port, at most three times.
 func (b Binary) Start(t testing.TB, rootDir string, args ...string) *Process {
 	t.Helper()
-	port, err := FreePort()
-	if err != nil {
+	for attempt := 1; ; attempt++ {
+		port, err := FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := b.start(t, rootDir, port, args...)
+		if err == nil {
+			return p
+		}
+		if attempt < 3 && p.portTaken() {
+			t.Logf("port %d was taken before mount-apiserver bound it; trying another", port)
+			continue
+		}
 		t.Fatal(err)
 	}
-	return b.StartOnPort(t, rootDir, port, args...)
 }
 
 // StartOnPort is Start on a given port, for a server whose port must be known before it
 // starts (an APIService that points at it).
 func (b Binary) StartOnPort(t testing.TB, rootDir string, port int, args ...string) *Process {
+	t.Helper()
+	p, err := b.start(t, rootDir, port, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// start runs the binary and waits until it is ready; the process is returned with the error,
+// so that its log can be read.
+func (b Binary) start(t testing.TB, rootDir string, port int, args ...string) (*Process, error) {
 	t.Helper()
 	args = append([]string{"--root-directory", rootDir, "--secure-port", strconv.Itoa(port)}, args...)
 	cmd := exec.Command(string(b), args...)
@@ -246,9 +270,20 @@ func (b Binary) StartOnPort(t testing.TB, rootDir string, port int, args ...stri
 	// this run's.
 	_ = os.Remove(filepath.Join(rootDir, options.AdminKubeconfigFile))
 	if err := waitReady(klog.NewContext(context.Background(), klog.Background()), p.Server, exit); err != nil {
-		t.Fatal(err)
+		return p, err
 	}
-	return p
+	return p, nil
+}
+
+// portTaken reports whether the process exited because its secure port was in use.
+func (p *Process) portTaken() bool {
+	select {
+	case <-p.exit.done:
+	default:
+		return false
+	}
+	data, err := os.ReadFile(p.LogPath)
+	return err == nil && strings.Contains(string(data), "failed to listen on") && strings.Contains(string(data), "address already in use")
 }
 
 // Exited is closed when the process has exited.

@@ -78,6 +78,13 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 		o.SecureServing.ServerCert.CertKey.KeyFile = ca.Path(pki.ServingKeyFile)
 	}
 
+	// The secure port is bound before the embedded etcd asks the kernel for ports of its own:
+	// bound later, the port could already be etcd's (the kernel hands out any free port).
+	generic := &cfg.Generic.Config
+	if err := o.SecureServing.ApplyTo(&generic.SecureServing, &generic.LoopbackClientConfig); err != nil {
+		return nil, fmt.Errorf("applying serving options: %w", err)
+	}
+
 	if o.EmbeddedEtcd {
 		etcd, err := embeddedetcd.Start(ctx, embeddedetcd.Options{
 			Directory:         filepath.Join(o.RootDirectory, etcdDir),
@@ -102,12 +109,8 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 		o.Etcd.EncryptionProviderConfigFilepath = path
 	}
 
-	generic := &cfg.Generic.Config
 	if err := o.ServerRun.ApplyTo(generic); err != nil {
 		return nil, fmt.Errorf("applying server options: %w", err)
-	}
-	if err := o.SecureServing.ApplyTo(&generic.SecureServing, &generic.LoopbackClientConfig); err != nil {
-		return nil, fmt.Errorf("applying serving options: %w", err)
 	}
 	if err := o.Etcd.ApplyTo(generic); err != nil {
 		return nil, fmt.Errorf("applying etcd options: %w", err)
