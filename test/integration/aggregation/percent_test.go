@@ -39,8 +39,7 @@ func TestProxyPercentInPath(t *testing.T) {
 			t.Errorf("%s: %d %s", name, code, body)
 			continue
 		}
-		reqs := target.Requests()
-		if got := reqs[len(reqs)-1].RequestURI; got != path {
+		if got := target.LastCall().RequestURI; got != path {
 			t.Errorf("%s: the target saw %q, want %q", name, got, path)
 		}
 	}

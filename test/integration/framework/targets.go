@@ -83,6 +83,22 @@ func StartRecordingServer(addr string, ca *pki.CA) (*RecordingServer, error) {
 	return r, nil
 }
 
+// LastCall returns the last request received that is not one of the status controller's
+// probes (GET /readyz, GET /version), or nil: a probe may arrive between a test's request and
+// its look at what arrived.
+func (r *RecordingServer) LastCall() *http.Request {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := len(r.requests) - 1; i >= 0; i-- {
+		req := r.requests[i]
+		if req.Method == http.MethodGet && (req.URL.Path == "/readyz" || req.URL.Path == "/version") {
+			continue
+		}
+		return req
+	}
+	return nil
+}
+
 // Requests returns the requests received so far.
 func (r *RecordingServer) Requests() []*http.Request {
 	r.mu.Lock()
