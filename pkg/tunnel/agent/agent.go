@@ -43,6 +43,9 @@ type Config struct {
 	HealthBindAddress string
 	// MaxBackoff caps the wait between connection attempts.
 	MaxBackoff time.Duration
+	// SilenceTimeout is how long a session may go without a pong from the hub before the
+	// agent drops it; zero is DefaultSilenceTimeout.
+	SilenceTimeout time.Duration
 	// Registry receives the agent's metrics (sessions, reconnects, dials, bytes), served on
 	// /metrics; nil makes one of the agent's own.
 	Registry metrics.KubeRegistry
@@ -187,7 +190,16 @@ func (a *Agent) connectOnce(ctx context.Context) (bool, error) {
 	}
 	defer ws.Close()
 	session := remotedialer.NewClientSessionWithDialer(allowed, ws, a.dial)
-	defer session.Close()
+	// Serve's context also ends the session's pinger. Once Serve returned, the pinger is told
+	// to stop and the WebSocket closed before the session's Close waits for the pinger: a
+	// hub that stopped reading could hold a ping's write until remotedialer's 60 s deadline.
+	serveCtx, stopServing := context.WithCancel(ctx)
+	defer func() {
+		stopServing()
+		_ = ws.Close()
+		session.Close()
+	}()
+	a.watchSilence(ws)
 	// Ending ctx closes the WebSocket, which ends Serve.
 	stop := context.AfterFunc(ctx, func() { _ = ws.Close() })
 	defer stop()
@@ -202,8 +214,28 @@ func (a *Agent) connectOnce(ctx context.Context) (bool, error) {
 		a.connected.Store(false)
 		a.metrics.SessionEnded(a.cfg.Mount)
 	}()
-	_, err = session.Serve(ctx)
+	_, err = session.Serve(serveCtx)
 	return true, err
+}
+
+// watchSilence ends the session when the hub has not answered the agent's pings for
+// SilenceTimeout: the read that waits for the hub's next frame fails, and Serve with it.
+// NewClientSessionWithDialer has just set remotedialer's handlers, which allow 60 s; the
+// pong handler set here replaces its own, keeping its write deadline. A hub that vanished
+// without resetting the connection (its node lost, the process stopped) is left within
+// SilenceTimeout instead of a minute; a hub that answers is never left.
+func (a *Agent) watchSilence(ws *websocket.Conn) {
+	silence := a.cfg.SilenceTimeout
+	if silence <= 0 {
+		silence = DefaultSilenceTimeout
+	}
+	_ = ws.SetReadDeadline(time.Now().Add(silence))
+	ws.SetPongHandler(func(string) error {
+		if err := ws.SetReadDeadline(time.Now().Add(silence)); err != nil {
+			return err
+		}
+		return ws.SetWriteDeadline(time.Now().Add(remotedialer.PingWaitDuration))
+	})
 }
 
 // refusedError is the hub's answer to an attach it refused; retryAfter is when a busy hub (429)

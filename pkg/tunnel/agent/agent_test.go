@@ -51,13 +51,13 @@ func TestOnlyTwoAddresses(t *testing.T) {
 func TestValidate(t *testing.T) {
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
 	o := NewOptions()
-	o.Mount, o.MaxBackoff = "Not_A_Name", time.Millisecond
+	o.Mount, o.MaxBackoff, o.SilenceTimeout = "Not_A_Name", time.Millisecond, 9*time.Second
 	c, err := o.Complete()
 	if err != nil {
 		t.Fatal(err)
 	}
 	err = c.Validate()
-	for _, want := range []string{"--hub-kubeconfig", "--mount", "--target", "--max-backoff"} {
+	for _, want := range []string{"--hub-kubeconfig", "--mount", "--target", "--max-backoff", "--hub-silence-timeout"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("no error about %s: %v", want, err)
 		}

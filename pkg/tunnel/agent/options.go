@@ -14,11 +14,23 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	cliflag "k8s.io/component-base/cli/flag"
 
+	"github.com/rancher/remotedialer"
+
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/validation"
 )
 
 // DefaultMaxBackoff caps the wait between two connection attempts.
 const DefaultMaxBackoff = 30 * time.Second
+
+// DefaultSilenceTimeout is how long a session may go without the hub's answer to the agent's
+// pings before the agent drops it: three pings (remotedialer pings every 5 s). remotedialer's
+// own 60 s keeps an agent on a replica that vanished (a node lost, no connection reset) for a
+// minute, twice the failover the project promises.
+const DefaultSilenceTimeout = 15 * time.Second
+
+// MinSilenceTimeout is two of remotedialer's ping intervals: shorter would drop sessions
+// whose hub is merely between pongs.
+const MinSilenceTimeout = 2 * remotedialer.PingWriteInterval
 
 // Options are the command-line options of mount-agent.
 type Options struct {
@@ -39,6 +51,8 @@ type Options struct {
 	HealthBindAddress string
 	// MaxBackoff caps the wait between connection attempts.
 	MaxBackoff time.Duration
+	// SilenceTimeout is how long a session may go without a pong from the hub.
+	SilenceTimeout time.Duration
 
 	// NewAgentHandler builds the handler of tunnel.AddressAgent from the completed options,
 	// for the agent-credential mode: it adds the agent's credentials for its target. nil, or
@@ -48,7 +62,7 @@ type Options struct {
 
 // NewOptions returns the defaults.
 func NewOptions() *Options {
-	return &Options{HealthBindAddress: ":8080", MaxBackoff: DefaultMaxBackoff}
+	return &Options{HealthBindAddress: ":8080", MaxBackoff: DefaultMaxBackoff, SilenceTimeout: DefaultSilenceTimeout}
 }
 
 // Flags returns the options as named flag sets.
@@ -60,6 +74,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	hub.StringVar(&o.Mount, "mount", o.Mount, "Name of the Mount whose tunnel this agent serves.")
 	hub.StringVar(&o.Cluster, "cluster", o.Cluster, "kcp logical cluster path of the Mount (e.g. root:org:team); empty outside kcp.")
 	hub.DurationVar(&o.MaxBackoff, "max-backoff", o.MaxBackoff, "Longest wait between two connection attempts (exponential backoff with jitter).")
+	hub.DurationVar(&o.SilenceTimeout, "hub-silence-timeout", o.SilenceTimeout,
+		fmt.Sprintf("How long the session may go without the hub answering the agent's pings (sent every %s) before the agent drops it and attaches again, e.g. to another replica when this one's node vanished. At least %s.", remotedialer.PingWriteInterval, MinSilenceTimeout))
 	target := fss.FlagSet("target")
 	target.StringVar(&o.Target, "target", o.Target,
 		"host:port of the one target the agent dials for the server. Defaults to the in-cluster kube-apiserver (KUBERNETES_SERVICE_HOST:KUBERNETES_SERVICE_PORT).")
@@ -110,6 +126,9 @@ func (o *CompletedOptions) Validate() error {
 	if o.MaxBackoff < time.Second {
 		errs = append(errs, errors.New("--max-backoff must be at least 1s"))
 	}
+	if o.SilenceTimeout < MinSilenceTimeout {
+		errs = append(errs, fmt.Errorf("--hub-silence-timeout must be at least %s (two of the agent's ping intervals)", MinSilenceTimeout))
+	}
 	return errors.Join(errs...)
 }
 
@@ -133,6 +152,7 @@ func (o *CompletedOptions) Config() (*Config, error) {
 		Target:            o.Target,
 		HealthBindAddress: o.HealthBindAddress,
 		MaxBackoff:        o.MaxBackoff,
+		SilenceTimeout:    o.SilenceTimeout,
 	}
 	if o.NewAgentHandler != nil {
 		if cfg.AgentHandler, err = o.NewAgentHandler(o); err != nil {

@@ -38,6 +38,7 @@ type simulator struct {
 	ca         []byte
 	target     string
 	maxBackoff time.Duration
+	silence    time.Duration
 	sessions   int
 
 	ctx    context.Context
@@ -57,6 +58,7 @@ func runAgents(args []string) error {
 	logFile := fs.String("log", "", "file for the agents' log")
 	maxBackoff := fs.Duration("max-backoff", agent.DefaultMaxBackoff, "the agents' longest wait between attempts")
 	sessions := fs.Int("sessions-per-agent", 1, "sessions each agent holds (2: to two replicas at once)")
+	silence := fs.Duration("hub-silence-timeout", agent.DefaultSilenceTimeout, "how long an agent's session may go without the hub's pong")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -82,7 +84,7 @@ func runAgents(args []string) error {
 		fwd.SetBackends(strings.Split(*backends, ",")...)
 		*hub = "https://" + fwd.Addr()
 	}
-	s := &simulator{hub: *hub, ca: ca, target: *target, maxBackoff: *maxBackoff, sessions: *sessions}
+	s := &simulator{hub: *hub, ca: ca, target: *target, maxBackoff: *maxBackoff, silence: *silence, sessions: *sessions}
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), klog.Background()))
 	defer cancel()
 	s.ctx = ctx
@@ -130,7 +132,7 @@ func (s *simulator) add(mount, token string) error {
 		return err
 	}
 	for range max(s.sessions, 1) {
-		a, err := agent.New(&agent.Config{Hub: hub, AttachURL: attach, Mount: mount, Target: s.target, MaxBackoff: s.maxBackoff,
+		a, err := agent.New(&agent.Config{Hub: hub, AttachURL: attach, Mount: mount, Target: s.target, MaxBackoff: s.maxBackoff, SilenceTimeout: s.silence,
 			OnSession: func() { s.started.Add(1) }})
 		if err != nil {
 			return err

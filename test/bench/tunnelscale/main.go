@@ -51,6 +51,7 @@ import (
 
 	"github.com/kcp-dev/mount-apiserver/pkg/cmd/server/options"
 	"github.com/kcp-dev/mount-apiserver/pkg/pki"
+	"github.com/kcp-dev/mount-apiserver/pkg/tunnel/agent"
 	"github.com/kcp-dev/mount-apiserver/test/bench/measure"
 	"github.com/kcp-dev/mount-apiserver/test/integration/framework"
 )
@@ -69,6 +70,7 @@ type config struct {
 	serverBin     string
 	keep          bool
 	sessions      int
+	silence       time.Duration
 	profiles      string
 	ramp          float64
 	agentBindings bool
@@ -99,6 +101,7 @@ func main() {
 	flag.StringVar(&c.failover, "failover", "kill", "with -replicas > 1: how one replica fails: kill (SIGKILL: its connections are reset) or stop (SIGSTOP: it goes silent, as a node that vanished)")
 	flag.BoolVar(&c.viaAggregator, "via-aggregator", false, "agents attach through the host's aggregator (as artifacts/agent deploys them) instead of to mount-apiserver directly; the host kube-apiserver then holds two descriptors per agent, which the limit of open files bounds")
 	flag.IntVar(&c.sessions, "sessions-per-agent", 1, "sessions each agent holds (2: to two replicas at once)")
+	flag.DurationVar(&c.silence, "agent-silence-timeout", agent.DefaultSilenceTimeout, "how long an agent's session may go without the hub's pong before it attaches again (mount-agent --hub-silence-timeout; remotedialer alone: 60s)")
 	serverFlags := flag.String("server-flags", "", "extra flags for mount-apiserver, space separated")
 	serverEnv := flag.String("server-env", "", "extra environment of mount-apiserver only, NAME=value space separated (e.g. GOMEMLIMIT=1400MiB)")
 	flag.StringVar(&c.serverBin, "server-binary", "", "mount-apiserver binary to run (default: built from ./cmd/mount-apiserver)")
@@ -303,7 +306,7 @@ func (b *bench) setUp(ctx context.Context) error {
 	// The agents attach to the replicas directly, through a forwarder in each simulator when
 	// there are several, or through the host's aggregator (-via-aggregator).
 	ca := b.hubs[0].ca
-	args := []string{"-target", strings.TrimPrefix(b.remote.URL, "https://"), "-sessions-per-agent", strconv.Itoa(b.c.sessions)}
+	args := []string{"-target", strings.TrimPrefix(b.remote.URL, "https://"), "-sessions-per-agent", strconv.Itoa(b.c.sessions), "-hub-silence-timeout", b.c.silence.String()}
 	switch {
 	case b.c.viaAggregator:
 		ca = b.host.ClientCA.CertPEM
