@@ -146,7 +146,21 @@ type TransportOptions struct {
 	Policy *targetpolicy.Policy
 	// MaxFailures bounds the build failures remembered (0: DefaultMaxFailures).
 	MaxFailures int
+	// PingAfter is how long an HTTP/2 connection to a target may go without a frame from it
+	// before it is pinged; PingTimeout how long the ping may go unanswered before the
+	// connection is closed. 0 takes DefaultPingAfter and DefaultPingTimeout.
+	PingAfter, PingTimeout time.Duration
 }
+
+// DefaultPingAfter and DefaultPingTimeout find a kept connection to a target that went silent
+// without a reset within 20 s: a hop to a replica whose node vanished, a tunnel whose agent
+// did. Without them Go's HTTP/2 transport keeps such a connection until the kernel gives up
+// on it (minutes), and every request of the mount that reuses it hangs meanwhile. client-go
+// uses 30 s and 15 s; the tunnels' failover is promised within 30 s.
+const (
+	DefaultPingAfter   = 10 * time.Second
+	DefaultPingTimeout = 10 * time.Second
+)
 
 // targetSessionCacheSize bounds the TLS sessions a Target keeps for resumption: a target is
 // one server name, so a few are plenty.
@@ -207,6 +221,12 @@ func NewTransports(opts TransportOptions, metrics *Metrics) *Transports {
 	}
 	if opts.MaxFailures <= 0 {
 		opts.MaxFailures = DefaultMaxFailures
+	}
+	if opts.PingAfter <= 0 {
+		opts.PingAfter = DefaultPingAfter
+	}
+	if opts.PingTimeout <= 0 {
+		opts.PingTimeout = DefaultPingTimeout
 	}
 	return &Transports{
 		opts:     opts,
@@ -493,6 +513,7 @@ func (t *Transports) newTargetVia(cfg *rest.Config, caOverride []byte, connectTi
 		MaxIdleConnsPerHost:   t.opts.MaxIdleConnsPerMount,
 		IdleConnTimeout:       90 * time.Second,
 		ExpectContinueTimeout: time.Second,
+		HTTP2:                 &http.HTTP2Config{SendPingTimeout: t.opts.PingAfter, PingTimeout: t.opts.PingTimeout},
 	}
 	upgradeTLS := tlsConfig
 	if upgradeTLS != nil {

@@ -2,6 +2,7 @@ package framework
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"os"
@@ -157,8 +158,14 @@ func (f *Forwarder) serve() {
 	defer f.wg.Done()
 	for {
 		c, err := f.listener.Accept()
-		if err != nil {
+		if errors.Is(err, net.ErrClosed) {
 			return
+		}
+		if err != nil {
+			// Out of descriptors in a burst of thousands of agents: a Service keeps
+			// accepting once some are free, and so does the forwarder.
+			time.Sleep(10 * time.Millisecond)
+			continue
 		}
 		if !f.track(c) {
 			_ = c.Close()
@@ -216,7 +223,10 @@ func (f *Forwarder) forward(c net.Conn) {
 	defer b.Close()
 	done := make(chan struct{}, 2)
 	cp := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, src)
+		// Not io.Copy of the bare connections: Linux splices TCP to TCP through a pipe held
+		// for the connection's life, two more descriptors per direction, and thousands of
+		// agents ran a simulator out of them.
+		_, _ = io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, make([]byte, 8<<10))
 		_ = dst.Close()
 		_ = src.Close()
 		done <- struct{}{}
