@@ -3,9 +3,12 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -81,8 +84,11 @@ func runAgents(args []string) error {
 			return err
 		}
 		defer fwd.Close()
-		fwd.SetBackends(strings.Split(*backends, ",")...)
+		all := strings.Split(*backends, ",")
+		fwd.SetBackends(all...)
 		*hub = "https://" + fwd.Addr()
+		stopProbes := probeReadiness(fwd, all, ca)
+		defer stopProbes()
 	}
 	s := &simulator{hub: *hub, ca: ca, target: *target, maxBackoff: *maxBackoff, silence: *silence, sessions: *sessions}
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), klog.Background()))
@@ -273,4 +279,45 @@ func (p *agentsProcess) quit() {
 		_ = p.cmd.Process.Kill()
 		<-p.done
 	}
+}
+
+// probeReadiness keeps the forwarder's backends to the replicas that answer /readyz, as a
+// Service's endpoints follow its pods' readiness with Kubernetes' defaults (a probe every
+// 10 s, 1 s to answer, out after 3 failures, back after 1 success): a replica that went
+// silent keeps its endpoint, and gets new connections, for about 30 s.
+func probeReadiness(fwd *framework.Forwarder, backends []string, ca []byte) (stop func()) {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, DisableKeepAlives: true}}
+	done := make(chan struct{})
+	go func() {
+		failures := map[string]int{}
+		tick := time.NewTicker(10 * time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			var ready []string
+			for _, b := range backends {
+				resp, err := client.Get("https://" + b + "/readyz")
+				if err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+				if err == nil && resp.StatusCode < 400 {
+					failures[b] = 0
+				} else {
+					failures[b]++
+				}
+				if failures[b] < 3 {
+					ready = append(ready, b)
+				}
+			}
+			fwd.SetBackends(ready...)
+		}
+	}()
+	return func() { close(done) }
 }

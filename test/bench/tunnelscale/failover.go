@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -57,7 +58,7 @@ func (b *bench) failoverRun(ctx context.Context, n int) error {
 		fmt.Printf("replica 2 killed (SIGKILL) holding %d sessions (load average %s)\n", len(moved), loadAverage())
 	}
 	var allAttached time.Duration
-	lastOK, codes, err := b.reach(survivors, moved, failed, 5*time.Minute, func() {
+	oks, codes, err := b.reach(survivors, moved, failed, 5*time.Minute, func() {
 		if allAttached == 0 {
 			if _, connected, started := b.agents.status(); connected >= n*b.c.sessions && started-startedBefore >= len(moved)*b.c.sessions {
 				allAttached = time.Since(failed)
@@ -74,7 +75,7 @@ func (b *bench) failoverRun(ctx context.Context, n int) error {
 	if allAttached > 0 {
 		fmt.Printf("every agent of replica 2 attached again (the agents' count of sessions started) %v after the failure\n", allAttached.Round(100*time.Millisecond))
 	}
-	fmt.Printf("a GET through each remaining replica reaches every agent of replica 2 again %v after the failure (answers meanwhile: %v)\n", lastOK.Round(100*time.Millisecond), codes)
+	fmt.Printf("a GET through each remaining replica reaches every agent of replica 2 again %v after the failure (%s of the (mount, replica) pairs; answers meanwhile: %v)\n", oks[len(oks)-1].Round(100*time.Millisecond), quantiles(oks), codes)
 	fmt.Printf("host API calls meanwhile: %s\n", rates(before, after, time.Since(failed)))
 	if b.c.failover == "stop" {
 		_ = victim.cmd.Process.Signal(syscall.SIGCONT)
@@ -82,15 +83,23 @@ func (b *bench) failoverRun(ctx context.Context, n int) error {
 	return nil
 }
 
+// quantiles says when half, 90 % and 99 % of the pairs of oks (ascending) were reached.
+func quantiles(oks []time.Duration) string {
+	at := func(q float64) time.Duration {
+		return oks[min(len(oks)-1, int(q*float64(len(oks))))].Round(100 * time.Millisecond)
+	}
+	return fmt.Sprintf("p50 %v, p90 %v, p99 %v", at(0.5), at(0.9), at(0.99))
+}
+
 // reach sends GETs through every replica of via to every mount of mounts until each
-// (mount, replica) pair answered 200 once, and returns when the last did after since, with the
-// answers meanwhile by code. each runs between rounds.
-func (b *bench) reach(via []*hubProcess, mounts []string, since time.Time, timeout time.Duration, each func()) (time.Duration, map[string]int, error) {
+// (mount, replica) pair answered 200 once, and returns when each did after since, ascending,
+// with the answers meanwhile by code. each runs between rounds.
+func (b *bench) reach(via []*hubProcess, mounts []string, since time.Time, timeout time.Duration, each func()) ([]time.Duration, map[string]int, error) {
 	var clients []*http.Client
 	for _, h := range via {
 		c, err := measure.Client(h.config(b.bencher))
 		if err != nil {
-			return 0, nil, err
+			return nil, nil, err
 		}
 		c.Timeout = 10 * time.Second
 		clients = append(clients, c)
@@ -107,11 +116,11 @@ func (b *bench) reach(via []*hubProcess, mounts []string, since time.Time, timeo
 	}
 	codes := map[string]int{}
 	var mu sync.Mutex
-	var lastOK time.Duration
+	var oks []time.Duration
 	deadline := time.Now().Add(timeout)
 	for len(pending) > 0 {
 		if time.Now().After(deadline) {
-			return 0, codes, fmt.Errorf("after %v %d (mount, replica) pairs still fail; answers %v", timeout, len(pending), codes)
+			return nil, codes, fmt.Errorf("after %v %d (mount, replica) pairs still fail; answers %v", timeout, len(pending), codes)
 		}
 		if each != nil {
 			each()
@@ -134,7 +143,7 @@ func (b *bench) reach(via []*hubProcess, mounts []string, since time.Time, timeo
 					codes[code]++
 					if code == "200" {
 						delete(pending, p)
-						lastOK = time.Since(since)
+						oks = append(oks, time.Since(since))
 					}
 					mu.Unlock()
 				}
@@ -155,5 +164,6 @@ func (b *bench) reach(via []*hubProcess, mounts []string, since time.Time, timeo
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
-	return lastOK, codes, nil
+	slices.Sort(oks)
+	return oks, codes, nil
 }
