@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"time"
 )
 
 // An agent is a tenant: it may attach to its own mount and nothing else, and what it sends
@@ -391,6 +392,20 @@ func guard(conn net.Conn, rw *bufio.ReadWriter, f *flow) (*guardedConn, *bufio.R
 
 // sessionReadBuffer is the size of the buffer gorilla reads a session's frames through.
 const sessionReadBuffer = 512
+
+// agentSilence bounds the read deadlines remotedialer sets on a session: it allows 60 s from
+// each of the agent's pings (every 5 s), which keeps the session of an agent whose node was
+// lost, and serves the mount's requests through it, for a minute after the agent came back
+// on another replica. 20 s is four pings.
+const agentSilence = 20 * time.Second
+
+// SetReadDeadline keeps a deadline within agentSilence of now; no deadline stays none.
+func (g *guardedConn) SetReadDeadline(t time.Time) error {
+	if limit := time.Now().Add(agentSilence); !t.IsZero() && t.After(limit) {
+		t = limit
+	}
+	return g.Conn.SetReadDeadline(t)
+}
 
 func (g *guardedConn) Read(p []byte) (int, error) {
 	if v := g.flow.failed(); v != nil {

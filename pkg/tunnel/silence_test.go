@@ -18,6 +18,7 @@ import (
 // remotedialer's 60 s, and attaches again (to another replica behind the Service, here the
 // same hub through a new connection); a hub that answers its pings is never left.
 func TestAgentLeavesASilentHub(t *testing.T) {
+	t.Parallel()
 	h := newHub(t, nil, time.Minute)
 	target := targetServer(t)
 	relay := nettest.NewFreezer(t, strings.TrimPrefix(h.server.URL, "http://"))
@@ -52,5 +53,37 @@ func TestAgentLeavesASilentHub(t *testing.T) {
 	}
 	if resp.StatusCode != 200 {
 		t.Fatalf("GET through the new session: %s", resp.Status)
+	}
+}
+
+// The hub ends the session of an agent that went silent (its node lost) within agentSilence
+// (20 s), not after remotedialer's 60 s: until then the replica would serve the mount
+// through that session first, even once the agent is back on another replica.
+func TestHubLeavesASilentAgent(t *testing.T) {
+	t.Parallel()
+	h := newHub(t, nil, time.Minute)
+	target := targetServer(t)
+	relay := nettest.NewFreezer(t, strings.TrimPrefix(h.server.URL, "http://"))
+	hubURL := "http://" + relay.Addr()
+	url, err := agent.AttachURL(hubURL, "", h.mount.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The agent itself waits as long as remotedialer does: the hub must be the one to leave.
+	a := agenttest.Run(t, &agent.Config{
+		Hub: &rest.Config{Host: hubURL}, AttachURL: url, Mount: h.mount.Name,
+		Target: target.Listener.Addr().String(), MaxBackoff: time.Second, SilenceTimeout: time.Minute,
+	})
+	waitFor(t, "the session", func() bool { return a.Connected() && len(h.eventLog()) == 1 })
+	relay.Freeze()
+	frozen := time.Now()
+	// waitFor gives up at 30 s, before remotedialer's 60 s.
+	waitFor(t, "the hub to end the silent agent's session", func() bool {
+		events := h.eventLog()
+		return len(events) == 2 && events[1] == h.mount.Name+"=false"
+	})
+	t.Logf("the hub ended the session %v after the agent went silent", time.Since(frozen).Round(100*time.Millisecond))
+	if _, err := get(t.Context(), h, tunnel.AddressTarget, "/version"); err == nil {
+		t.Error("a dial through the ended session succeeded")
 	}
 }
