@@ -27,7 +27,9 @@ func TestTargetsShareParsedCABundles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := NewTransports(TransportOptions{}, nil)
+	// An HTTP/2 connection's ping timer holds its closed connection, and so the Target's CA
+	// pool, until it fires once more (PingAfter): short here, so that the test need not wait.
+	tr := NewTransports(TransportOptions{PingAfter: 100 * time.Millisecond}, nil)
 	build := func(token string, ca []byte) *Target {
 		t.Helper()
 		cfg := &rest.Config{Host: server.URL, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAData: ca}}
