@@ -12,6 +12,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
+	"github.com/kcp-dev/mount-apiserver/pkg/deadpeer"
 	"github.com/kcp-dev/mount-apiserver/pkg/nettest"
 )
 
@@ -69,4 +70,44 @@ func TestSilentTargetConnectionIsClosed(t *testing.T) {
 	}
 	t.Logf("the request on the silent connection ended after %v: %v", time.Since(begin).Round(time.Millisecond), err)
 	mustGet("on a new connection")
+}
+
+// Connections to a target give up on it once its node vanished (deadpeer.After): upgraded
+// streams (exec, attach, port-forward) have no HTTP/2 pings, and without the options a write
+// into one is retried for the kernel's 15 minutes. pkg/deadpeer's tests show the options
+// ending connections to a vanished peer; this one that the Target's dials set them.
+func TestTargetConnectionsGiveUpOnVanishedPeers(t *testing.T) {
+	server := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok")
+	}))
+	server.EnableHTTP2 = true
+	server.StartTLS()
+	t.Cleanup(server.Close)
+	tr := NewTransports(TransportOptions{}, nil)
+	cfg := &rest.Config{Host: server.URL, TLSClientConfig: rest.TLSClientConfig{CAData: caPEM(server)}}
+	target, err := tr.newTarget(cfg, nil, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(target.close)
+	for name, dial := range map[string]func(context.Context, string, string) (net.Conn, error){
+		"plain":   target.plain.DialContext,
+		"upgrade": target.upgrade.DialContext,
+	} {
+		conn, err := dial(context.Background(), "tcp", server.Listener.Addr().String())
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		ok, err := deadpeer.Tuned(conn)
+		_ = conn.Close()
+		if err != nil || !ok {
+			t.Errorf("%s connection: tuned %v, %v", name, ok, err)
+		}
+	}
+	// And a request through it still works.
+	resp, err := get(t, target, "/version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
 }

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/transport"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/clusters"
+	"github.com/kcp-dev/mount-apiserver/pkg/deadpeer"
 	"github.com/kcp-dev/mount-apiserver/pkg/targetpolicy"
 )
 
@@ -502,6 +503,9 @@ func (t *Transports) newTargetVia(cfg *rest.Config, caOverride []byte, connectTi
 			// A Target serves all mounts of its key: the connection counts for the mount
 			// whose request or probe dialed it.
 			t.metrics.connectionOpened(ctx)
+			// An upgraded stream (exec, port-forward) has no HTTP/2 pings: a target whose
+			// node vanished would hold it for the kernel's minutes.
+			conn = deadpeer.TuneOrLog(ctx, conn)
 		}
 		return conn, err
 	}

@@ -166,6 +166,9 @@ type countingConn struct {
 	sent, received adder
 }
 
+// NetConn returns the counted connection (for options set on the TCP connection under it).
+func (c *countingConn) NetConn() net.Conn { return c.Conn }
+
 func (c *countingConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
 	if n > 0 {

@@ -23,6 +23,7 @@ import (
 	"k8s.io/component-base/metrics"
 	"k8s.io/klog/v2"
 
+	"github.com/kcp-dev/mount-apiserver/pkg/deadpeer"
 	"github.com/kcp-dev/mount-apiserver/pkg/tunnel"
 )
 
@@ -305,6 +306,10 @@ func (a *Agent) dial(ctx context.Context, network, address string) (net.Conn, er
 	case tunnel.AddressTarget:
 		var d net.Dialer
 		conn, err = d.DialContext(ctx, "tcp", a.cfg.Target)
+		if err == nil {
+			// The hub's exec streams to a target whose node vanished end like the hub's own.
+			conn = deadpeer.TuneOrLog(ctx, conn)
+		}
 	case tunnel.AddressAgent:
 		conn, err = a.agent.dial()
 	default:

@@ -24,6 +24,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/transport"
 	"k8s.io/klog/v2"
+
+	"github.com/kcp-dev/mount-apiserver/pkg/deadpeer"
 )
 
 // CredentialsProxy is the agent's HTTP proxy in Agent-credential mode, served on
@@ -74,8 +76,15 @@ func NewCredentialsProxy(cfg *rest.Config) (*CredentialsProxy, error) {
 	}
 	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
 	upgrade := &http.Transport{
-		Proxy:               http.ProxyFromEnvironment,
-		DialContext:         dialer.DialContext,
+		Proxy: http.ProxyFromEnvironment,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := dialer.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			// Upgrades have no HTTP/2 pings; see pkg/deadpeer.
+			return deadpeer.TuneOrLog(ctx, conn), nil
+		},
 		TLSClientConfig:     tlsConfig,
 		TLSHandshakeTimeout: 10 * time.Second,
 		MaxIdleConnsPerHost: -1,

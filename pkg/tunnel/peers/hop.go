@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/transport"
 
+	"github.com/kcp-dev/mount-apiserver/pkg/deadpeer"
 	"github.com/kcp-dev/mount-apiserver/pkg/tunnel"
 )
 
@@ -169,6 +170,9 @@ func (u *upgrader) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The relayed bytes may be an exec's stream, which nothing pings: an owner whose node
+	// vanished ends it after deadpeer.After, not the kernel's minutes.
+	deadpeer.TuneOrLog(ctx, conn)
 	// Until the answer, ctx bounds the exchange.
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
 	resp, err := exchange(conn, req)

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/klog/v2"
 
+	"github.com/kcp-dev/mount-apiserver/pkg/deadpeer"
 	"github.com/kcp-dev/mount-apiserver/pkg/tunnel"
 )
 
@@ -124,6 +125,8 @@ func (r *Relay) serve(w http.ResponseWriter, req *http.Request) (string, int, st
 		_ = local.Close()
 		return ResultError, http.StatusInternalServerError, "the connection cannot be taken over"
 	}
+	// A requesting replica whose node vanished lets go of the session's connection too.
+	deadpeer.TuneOrLog(ctx, conn)
 	const head = "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + RelayProtocol + "\r\n\r\n"
 	if _, err := conn.Write([]byte(head)); err != nil {
 		_ = conn.Close()
