@@ -19,21 +19,11 @@ import (
 // same hub through a new connection); a hub that answers its pings is never left.
 func TestAgentLeavesASilentHub(t *testing.T) {
 	t.Parallel()
-	h := newHub(t, nil, time.Minute)
-	target := targetServer(t)
-	relay := nettest.NewFreezer(t, strings.TrimPrefix(h.server.URL, "http://"))
-	hubURL := "http://" + relay.Addr()
-	url, err := agent.AttachURL(hubURL, "", h.mount.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h, relay, cfg := behindFreezer(t)
 	var sessions atomic.Int32
 	silence := agent.MinSilenceTimeout
-	a := agenttest.Run(t, &agent.Config{
-		Hub: &rest.Config{Host: hubURL}, AttachURL: url, Mount: h.mount.Name,
-		Target: target.Listener.Addr().String(), MaxBackoff: time.Second,
-		SilenceTimeout: silence, OnSession: func() { sessions.Add(1) },
-	})
+	cfg.SilenceTimeout, cfg.OnSession = silence, func() { sessions.Add(1) }
+	a := agenttest.Run(t, cfg)
 	waitFor(t, "the first session", a.Connected)
 
 	// Pongs keep the session: it outlives its silence timeout while the hub answers.
@@ -61,19 +51,10 @@ func TestAgentLeavesASilentHub(t *testing.T) {
 // through that session first, even once the agent is back on another replica.
 func TestHubLeavesASilentAgent(t *testing.T) {
 	t.Parallel()
-	h := newHub(t, nil, time.Minute)
-	target := targetServer(t)
-	relay := nettest.NewFreezer(t, strings.TrimPrefix(h.server.URL, "http://"))
-	hubURL := "http://" + relay.Addr()
-	url, err := agent.AttachURL(hubURL, "", h.mount.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h, relay, cfg := behindFreezer(t)
 	// The agent itself waits as long as remotedialer does: the hub must be the one to leave.
-	a := agenttest.Run(t, &agent.Config{
-		Hub: &rest.Config{Host: hubURL}, AttachURL: url, Mount: h.mount.Name,
-		Target: target.Listener.Addr().String(), MaxBackoff: time.Second, SilenceTimeout: time.Minute,
-	})
+	cfg.SilenceTimeout = time.Minute
+	a := agenttest.Run(t, cfg)
 	waitFor(t, "the session", func() bool { return a.Connected() && len(h.eventLog()) == 1 })
 	relay.Freeze()
 	frozen := time.Now()
@@ -85,5 +66,23 @@ func TestHubLeavesASilentAgent(t *testing.T) {
 	t.Logf("the hub ended the session %v after the agent went silent", time.Since(frozen).Round(100*time.Millisecond))
 	if _, err := get(t.Context(), h, tunnel.AddressTarget, "/version"); err == nil {
 		t.Error("a dial through the ended session succeeded")
+	}
+}
+
+// behindFreezer starts a hub, a target, and a relay to the hub that can go silent; it returns
+// the config of an agent that attaches through the relay.
+func behindFreezer(t *testing.T) (*hub, *nettest.Freezer, *agent.Config) {
+	t.Helper()
+	h := newHub(t, nil, time.Minute)
+	target := targetServer(t)
+	relay := nettest.NewFreezer(t, strings.TrimPrefix(h.server.URL, "http://"))
+	hubURL := "http://" + relay.Addr()
+	url, err := agent.AttachURL(hubURL, "", h.mount.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, relay, &agent.Config{
+		Hub: &rest.Config{Host: hubURL}, AttachURL: url, Mount: h.mount.Name,
+		Target: target.Listener.Addr().String(), MaxBackoff: time.Second,
 	}
 }
