@@ -13,41 +13,51 @@ import (
 	"github.com/kcp-dev/mount-apiserver/test/integration/framework"
 )
 
-// vanish connects a client to a server inside a network namespace of its own, then takes the
-// namespace's loopback interface down: both ends stay open, and no segment reaches either,
-// as when the peer's machine is lost (a stopped process would still have its kernel answer).
-// It returns the client's end, the server's, and the function that takes the interface
-// down; tuneClient and tuneServer say which end gets Tune.
-func vanish(t *testing.T, tuneClient, tuneServer bool) (client, server net.Conn, gone func()) {
+// lossy is a network namespace of the test whose loopback interface can be taken down under
+// open connections: both ends stay open and no segment reaches either, as when the peer's
+// machine is lost (a stopped process would still have its kernel answer).
+type lossy struct {
+	t *testing.T
+	n *framework.Netns
+}
+
+func newLossy(t *testing.T) *lossy {
 	t.Helper()
-	n := framework.NewNetns(t)
-	ln, err := n.Listen("tcp", "127.0.0.1:0")
+	return &lossy{t: t, n: framework.NewNetns(t)}
+}
+
+// pair connects a dialed end to an accepted one inside the namespace; tuneDialed and
+// tuneAccepted say which gets Tune.
+func (l *lossy) pair(tuneDialed, tuneAccepted bool) (dialed, accepted net.Conn) {
+	t := l.t
+	t.Helper()
+	ln, err := l.n.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = ln.Close() })
-	accepted := make(chan net.Conn, 1)
+	defer ln.Close()
+	done := make(chan net.Conn, 1)
 	go func() {
 		c, err := ln.Accept()
 		if err != nil {
-			close(accepted)
+			close(done)
 			return
 		}
-		accepted <- c
+		done <- c
 	}()
-	client, err = n.DialContext(context.Background(), "tcp", ln.Addr().String())
+	dialed, err = l.n.DialContext(context.Background(), "tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	server, ok := <-accepted
+	accepted, ok := <-done
 	if !ok {
 		t.Fatal("accepting failed")
 	}
-	t.Cleanup(func() { _ = client.Close(); _ = server.Close() })
+	t.Cleanup(func() { _ = dialed.Close(); _ = accepted.Close() })
 	for _, c := range []struct {
 		conn net.Conn
 		tune bool
-	}{{client, tuneClient}, {server, tuneServer}} {
+	}{{dialed, tuneDialed}, {accepted, tuneAccepted}} {
 		if !c.tune {
 			continue
 		}
@@ -58,10 +68,14 @@ func vanish(t *testing.T, tuneClient, tuneServer bool) (client, server net.Conn,
 			t.Fatalf("Tuned = %v, %v after Tune", ok, err)
 		}
 	}
-	return client, server, func() {
-		if out, err := n.Command("ip", "link", "set", "lo", "down").CombinedOutput(); err != nil {
-			t.Fatalf("ip link set lo down: %v: %s", err, out)
-		}
+	return dialed, accepted
+}
+
+// vanish takes the namespace's loopback interface down.
+func (l *lossy) vanish() {
+	l.t.Helper()
+	if out, err := l.n.Command("ip", "link", "set", "lo", "down").CombinedOutput(); err != nil {
+		l.t.Fatalf("ip link set lo down: %v: %s", err, out)
 	}
 }
 
@@ -94,30 +108,27 @@ func stillOpen(t *testing.T, conn net.Conn) {
 
 func TestIdleConnectionToAVanishedPeerEnds(t *testing.T) {
 	t.Parallel()
-	// The client end tuned (a replica's hop, the proxy's dial), the server's not.
-	client, server, gone := vanish(t, true, false)
-	gone()
-	if took := ended(t, client, deadpeer.After+15*time.Second); took < deadpeer.After/2 {
+	// Dialed and accepted ends tuned (a replica's hop or the proxy's dial; the owner's side of
+	// a hop), each with an untuned peer, in one namespace: one wait for both.
+	l := newLossy(t)
+	dialed, dialedPeer := l.pair(true, false)
+	acceptedPeer, accepted := l.pair(false, true)
+	l.vanish()
+	if took := ended(t, dialed, deadpeer.After+15*time.Second); took < deadpeer.After/2 {
 		t.Errorf("ended after %s, before the keepalive probes could have gone unanswered", took)
 	}
-	stillOpen(t, server)
-}
-
-func TestAcceptedConnectionToAVanishedPeerEnds(t *testing.T) {
-	t.Parallel()
-	// The server end tuned (the owner's side of a hop).
-	client, server, gone := vanish(t, false, true)
-	gone()
-	ended(t, server, deadpeer.After+15*time.Second)
-	stillOpen(t, client)
+	ended(t, accepted, 15*time.Second)
+	stillOpen(t, dialedPeer)
+	stillOpen(t, acceptedPeer)
 }
 
 func TestUnacknowledgedWritesToAVanishedPeerEnd(t *testing.T) {
 	t.Parallel()
 	// A caller typing into exec: keepalive probes are not sent while data is in flight, so
 	// only TCP_USER_TIMEOUT ends it.
-	client, server, gone := vanish(t, true, false)
-	gone()
+	l := newLossy(t)
+	client, server := l.pair(true, false)
+	l.vanish()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	writeErr := make(chan error, 1)

@@ -22,12 +22,7 @@ import (
 // up, and the next request dials afresh. The bench saw every request of 993 mounts hang for
 // its whole timeout through a replica whose kept hop connections led to a stopped one.
 func TestSilentTargetConnectionIsClosed(t *testing.T) {
-	server := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = io.WriteString(w, "ok")
-	}))
-	server.EnableHTTP2 = true
-	server.StartTLS()
-	t.Cleanup(server.Close)
+	server := okServer(t)
 	relay := nettest.NewFreezer(t, server.Listener.Addr().String())
 	const pingAfter, pingTimeout = 300 * time.Millisecond, 300 * time.Millisecond
 	tr := NewTransports(TransportOptions{PingAfter: pingAfter, PingTimeout: pingTimeout}, nil)
@@ -77,12 +72,7 @@ func TestSilentTargetConnectionIsClosed(t *testing.T) {
 // into one is retried for the kernel's 15 minutes. pkg/deadpeer's tests show the options
 // ending connections to a vanished peer; this one that the Target's dials set them.
 func TestTargetConnectionsGiveUpOnVanishedPeers(t *testing.T) {
-	server := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = io.WriteString(w, "ok")
-	}))
-	server.EnableHTTP2 = true
-	server.StartTLS()
-	t.Cleanup(server.Close)
+	server := okServer(t)
 	tr := NewTransports(TransportOptions{}, nil)
 	cfg := &rest.Config{Host: server.URL, TLSClientConfig: rest.TLSClientConfig{CAData: caPEM(server)}}
 	target, err := tr.newTarget(cfg, nil, time.Second)
@@ -110,4 +100,16 @@ func TestTargetConnectionsGiveUpOnVanishedPeers(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
+}
+
+// okServer is a TLS target speaking HTTP/2 that answers every request with "ok".
+func okServer(t *testing.T) *httptest.Server {
+	t.Helper()
+	server := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok")
+	}))
+	server.EnableHTTP2 = true
+	server.StartTLS()
+	t.Cleanup(server.Close)
+	return server
 }
