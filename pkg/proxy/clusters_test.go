@@ -2,6 +2,9 @@ package proxy
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"testing"
 	"time"
 
@@ -71,5 +74,57 @@ func TestClustersNeverShareTargets(t *testing.T) {
 	}
 	if MountLabel(clusters.DefaultCluster, "same") != "same" {
 		t.Errorf("the default cluster's label is %q, want the plain name", MountLabel(clusters.DefaultCluster, "same"))
+	}
+}
+
+// TestMetricsWithoutMounts (--metrics-per-mount=false): the mounts' series are one, with an
+// empty mount label, whatever the number of mounts, and a deleted mount leaves them alone
+// (they are every mount's).
+func TestMetricsWithoutMounts(t *testing.T) {
+	srv, ca, _ := startTarget(t, 0)
+	secrets := secretMap{}
+	secrets.add(t, "creds", srv.URL, ca)
+	reg := metrics.NewKubeRegistry()
+	m := NewMetrics()
+	m.Register(reg)
+	p := &Proxier{Secrets: secrets, Transports: NewTransports(TransportOptions{}, m), Metrics: m, Probes: &ProbeCache{TTL: time.Hour}, MetricsWithoutMounts: true}
+	a, b := testMount("a", "creds"), testMount("b", "creds")
+	b.UID = "uid-b"
+	for _, mount := range []*mounts.Mount{a, b} {
+		if r := p.Probe(context.Background(), mount); r.CredentialsErr != nil || r.ReachErr != nil {
+			t.Fatalf("probe of %s: %+v", mount.Name, r)
+		}
+		p.Transports.Forget(mount.UID) // its own connection for the next mount's probe
+	}
+	if n := seriesOf(t, reg, "a") + seriesOf(t, reg, "b"); n != 0 {
+		t.Errorf("%d series labelled by mount", n)
+	}
+	if n := seriesOf(t, reg, ""); n != 1 {
+		t.Fatalf("%d series without a mount, want upstream connections' one", n)
+	}
+	p.Forget(clusters.DefaultCluster, "a", a.UID)
+	if n := seriesOf(t, reg, ""); n != 1 {
+		t.Errorf("a deleted mount took the series of all mounts with it: %d left", n)
+	}
+}
+
+// A Redirect mount's answers count under <cluster>/<name> as the mount's other series, so
+// that its delete takes them (they were under the bare name, which Forget never deleted, and
+// which two clusters' Redirect mounts of one name shared).
+func TestRedirectSeriesAreTheClustersMounts(t *testing.T) {
+	reg := metrics.NewKubeRegistry()
+	m := NewMetrics()
+	m.Register(reg)
+	p := &Proxier{Metrics: m}
+	mount := testMount("same", "")
+	h := &redirect{proxier: p, mount: mount, location: &url.URL{Scheme: "https", Host: "kcp.example", Path: "/clusters/root:team"}, workspace: "root:team"}
+	req := httptest.NewRequest(http.MethodGet, "/api", nil).WithContext(clusters.WithCluster(context.Background(), "ws-a"))
+	h.ServeHTTP(httptest.NewRecorder(), req)
+	if seriesOf(t, reg, "ws-a/same") == 0 || seriesOf(t, reg, "same") != 0 {
+		t.Fatalf("series: ws-a/same %d, same %d", seriesOf(t, reg, "ws-a/same"), seriesOf(t, reg, "same"))
+	}
+	p.Forget("ws-a", "same", mount.UID)
+	if n := seriesOf(t, reg, "ws-a/same"); n != 0 {
+		t.Errorf("%d series of the deleted Redirect mount left", n)
 	}
 }

@@ -48,6 +48,9 @@ type Proxier struct {
 	// Authorizer checks the extra "create" that upgrade requests need.
 	Authorizer authorizer.Authorizer
 	Metrics    *Metrics
+	// MetricsWithoutMounts leaves the mount label of Metrics empty: one series for all mounts
+	// (--metrics-per-mount=false). Set before serving.
+	MetricsWithoutMounts bool
 	// Probes shares health probe results between mounts of one target.
 	Probes *ProbeCache
 	// MaxHops is how many mount proxies a request may have passed before this one; 0 means
@@ -189,7 +192,18 @@ func (p *Proxier) Forget(cluster clusters.Name, name string, uid types.UID) {
 		p.Transports.Forget(uid)
 	}
 	p.compiled.forget(uid)
-	p.Metrics.Forget(MountLabel(cluster, name), uid)
+	if !p.MetricsWithoutMounts {
+		// Without mount labels the series are every mount's: they stay.
+		p.Metrics.Forget(MountLabel(cluster, name), uid)
+	}
+}
+
+// metricsLabel is the mount label of a mount's metric series: MountLabel, or empty.
+func (p *Proxier) metricsLabel(cluster clusters.Name, name string) string {
+	if p.MetricsWithoutMounts {
+		return ""
+	}
+	return MountLabel(cluster, name)
 }
 
 // MountLabel is the value of the mount label of a mount's metric series: its name, and for
@@ -265,7 +279,7 @@ func (p *Proxier) handler(ctx context.Context, m *mounts.Mount, innerPath string
 	if t := m.Spec.Timeouts; t != nil && t.RequestSeconds != nil {
 		requestTimeout = time.Duration(*t.RequestSeconds) * time.Second
 	}
-	return &requestHandler{proxier: p, mount: m, label: MountLabel(clusters.From(ctx), m.Name), caller: caller, imp: imp, target: target, location: location, innerPath: innerPath, requestTimeout: requestTimeout, rules: rules}, nil
+	return &requestHandler{proxier: p, mount: m, label: p.metricsLabel(clusters.From(ctx), m.Name), caller: caller, imp: imp, target: target, location: location, innerPath: innerPath, requestTimeout: requestTimeout, rules: rules}, nil
 }
 
 // impersonation returns how the caller is carried to the target: nil for MountCredentials,

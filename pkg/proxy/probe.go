@@ -201,7 +201,7 @@ func (p *Proxier) ProbeSince(ctx context.Context, m *mounts.Mount, wait time.Dur
 		return ProbeResult{CredentialsErr: err}, nil
 	}
 	if p.Probes == nil {
-		return p.probe(withMount(ctx, MountLabel(clusters.From(ctx), m.Name), m.UID), target, DefaultProbeTimeout), nil
+		return p.probe(withMount(ctx, p.metricsLabel(clusters.From(ctx), m.Name), m.UID), target, DefaultProbeTimeout), nil
 	}
 	r, ok, run, start := p.Probes.lookup(m.UID, target.key, time.Now(), since)
 	if ok {
@@ -209,7 +209,7 @@ func (p *Proxier) ProbeSince(ctx context.Context, m *mounts.Mount, wait time.Dur
 	}
 	if start {
 		// Not bound to the caller's context: mounts of other callers may wait for it.
-		probeCtx := withMount(context.WithoutCancel(ctx), MountLabel(clusters.From(ctx), m.Name), m.UID)
+		probeCtx := withMount(context.WithoutCancel(ctx), p.metricsLabel(clusters.From(ctx), m.Name), m.UID)
 		timeout := p.Probes.timeout()
 		go func() {
 			r := p.probe(probeCtx, target, timeout)

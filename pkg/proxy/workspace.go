@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
+	"github.com/kcp-dev/mount-apiserver/pkg/clusters"
 	"github.com/kcp-dev/mount-apiserver/pkg/dryrun"
 	"github.com/kcp-dev/mount-apiserver/pkg/kcp"
 	"github.com/kcp-dev/mount-apiserver/pkg/targetpolicy"
@@ -189,7 +190,8 @@ type redirect struct {
 
 func (h *redirect) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	start := time.Now()
-	recording := h.proxier.Metrics.start(h.mount.Name, h.mount.UID)
+	// Labelled as the mount's other series, which Forget deletes: <cluster>/<name> in kcp mode.
+	recording := h.proxier.Metrics.start(h.proxier.metricsLabel(clusters.From(req.Context()), h.mount.Name), h.mount.UID)
 	location := *h.location
 	location.RawQuery = dryrun.Restore(req.URL.RawQuery)
 	w.Header().Set("Location", location.String())

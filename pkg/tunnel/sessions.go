@@ -66,6 +66,9 @@ type Sessions struct {
 	server  *remotedialer.Server
 	metrics *Metrics
 	limits  Limits
+	// MetricsWithoutMounts leaves the mount label of the metrics empty: one series for all
+	// mounts (--metrics-per-mount=false). Set before serving.
+	MetricsWithoutMounts bool
 
 	mu       sync.Mutex
 	byKey    map[string]*session
@@ -74,6 +77,14 @@ type Sessions struct {
 	// closing is set by CloseAll: the server stops, and sessions that come up later end at
 	// once.
 	closing bool
+}
+
+// label is the mount label of m's metric series: its Label, or empty.
+func (s *Sessions) label(m Mount) string {
+	if s.MetricsWithoutMounts {
+		return ""
+	}
+	return m.Label()
 }
 
 // session is one agent connection. clientKey is unique per session (the mount's key and a
@@ -188,7 +199,7 @@ func (s *Sessions) ServeAgent(w http.ResponseWriter, req *http.Request, mount Mo
 	s.mu.Unlock()
 	sess.flow.dropped = func() {
 		logger.V(2).Info("Dropped a tunnel connection: the agent's session holds as many unread bytes as it may")
-		s.metrics.Dropped(mount.Label())
+		s.metrics.Dropped(s.label(mount))
 	}
 
 	// handedOver is closed once the request's ResponseWriter is no longer used: at the
@@ -210,7 +221,7 @@ func (s *Sessions) ServeAgent(w http.ResponseWriter, req *http.Request, mount Mo
 			logger.Info("A new agent session replaces the mount's previous one")
 			old.close()
 		}
-		s.metrics.SessionStarted(mount.Label())
+		s.metrics.SessionStarted(s.label(mount))
 		logger.Info("Agent attached")
 		s.notify(Event{Mount: mount, Connected: true, Since: sess.since})
 		if closing {
@@ -243,7 +254,7 @@ func (s *Sessions) serve(ctx context.Context, end context.CancelFunc, sess *sess
 		// One line per session: the agent is a tenant breaking the bounds, not an error of
 		// the hub's.
 		logger.Info("Closed an agent session: the agent broke a bound of the tunnel", "reason", v.reason, "detail", v.Error())
-		s.metrics.Violated(mount.Label(), v.reason)
+		s.metrics.Violated(s.label(mount), v.reason)
 	}
 
 	key := mount.Key()
@@ -253,7 +264,7 @@ func (s *Sessions) serve(ctx context.Context, end context.CancelFunc, sess *sess
 		delete(s.byKey, key)
 	}
 	s.mu.Unlock()
-	s.metrics.SessionEnded(mount.Label())
+	s.metrics.SessionEnded(s.label(mount))
 	logger.Info("Agent session ended")
 	if last {
 		s.notify(Event{Mount: mount, Connected: false, Since: sess.since})
@@ -302,7 +313,7 @@ func (s *Sessions) DialContext(ctx context.Context, key, address string) (net.Co
 	if sess == nil {
 		return nil, ErrNoSession
 	}
-	label := sess.mount.Label()
+	label := s.label(sess.mount)
 	if address != AddressTarget && address != AddressAgent {
 		// The agent would refuse it and end the whole session.
 		s.metrics.Dialed(label, DialRefused, 0)
@@ -378,7 +389,10 @@ func (s *Sessions) CloseOthers(m Mount, agent string) bool {
 // sessions gauge, which its closing session takes to zero).
 func (s *Sessions) Forget(m Mount) {
 	s.Close(m.Key())
-	s.metrics.Forget(m.Label())
+	if !s.MetricsWithoutMounts {
+		// Without mount labels the series are every mount's: they stay.
+		s.metrics.Forget(m.Label())
+	}
 }
 
 // CloseAll closes every session, as the server stops: hijacked connections outlive the HTTP

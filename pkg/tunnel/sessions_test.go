@@ -614,3 +614,33 @@ func TestNoLeakOverReconnects(t *testing.T) {
 	buf := make([]byte, 1<<20)
 	t.Fatalf("goroutines: %d before, %d after\n%s", baseline, now, buf[:runtime.Stack(buf, true)])
 }
+
+// With MetricsWithoutMounts (--metrics-per-mount=false) a session and its dials count in
+// series without a mount, and a deleted mount leaves them (they are every mount's).
+func TestMetricsWithoutMounts(t *testing.T) {
+	registry := metrics.NewKubeRegistry()
+	h := newHub(t, &registry, 0)
+	h.sessions.MetricsWithoutMounts = true
+	target := targetServer(t)
+	a := startAgent(t, h, target.Listener.Addr().String(), nil)
+	waitFor(t, "the session", func() bool { _, ok := h.sessions.Connected(h.key()); return ok && a.Connected() })
+	if _, err := get(context.Background(), h, tunnel.AddressTarget, "/version"); err != nil {
+		t.Fatal(err)
+	}
+	want := `
+# HELP mount_tunnel_sessions [ALPHA] Agent sessions held by this process, by mount.
+# TYPE mount_tunnel_sessions gauge
+mount_tunnel_sessions{mount=""} 1
+# HELP mount_tunnel_dials_total [ALPHA] Connections dialed through tunnels, by mount and result (ok, no_session, error, refused).
+# TYPE mount_tunnel_dials_total counter
+mount_tunnel_dials_total{mount="",result="ok"} 1
+`
+	if err := testutil.GatherAndCompare(registry, strings.NewReader(want), "mount_tunnel_sessions", "mount_tunnel_dials_total"); err != nil {
+		t.Error(err)
+	}
+	h.sessions.Forget(tunnel.Mount{Cluster: clusters.DefaultCluster, Name: h.mount.Name, UID: h.mount.UID})
+	waitFor(t, "the session to end", func() bool { _, ok := h.sessions.Connected(h.key()); return !ok })
+	if err := testutil.GatherAndCompare(registry, strings.NewReader(strings.Replace(want, `{mount=""} 1`, `{mount=""} 0`, 1)), "mount_tunnel_sessions", "mount_tunnel_dials_total"); err != nil {
+		t.Errorf("after the mount was deleted: %v", err)
+	}
+}

@@ -144,9 +144,10 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 			MaxIdleConnsPerMount: o.ProxyMaxIdleConnsPerMount,
 			Policy:               policy,
 		}, proxy.DefaultMetrics()),
-		Metrics:     proxy.DefaultMetrics(),
-		MaxHops:     o.ProxyMaxHops,
-		MaxUpgrades: o.ProxyMaxUpgrades,
+		Metrics:              proxy.DefaultMetrics(),
+		MetricsWithoutMounts: !o.MetricsPerMount,
+		MaxHops:              o.ProxyMaxHops,
+		MaxUpgrades:          o.ProxyMaxUpgrades,
 		// Mounts of one target share a probe result for a third of the probe interval.
 		Probes: &proxy.ProbeCache{TTL: o.StatusProbeInterval / 3},
 	}
@@ -155,6 +156,7 @@ func (o CompletedOptions) Config(ctx context.Context) (_ *mountapiserver.Config,
 	}
 	cfg.Extra.FanOut = mountapiserver.FanOutConfig{MemberTimeout: o.FanOutMemberTimeout}
 	sessions := tunnel.NewSessions(tunnel.DefaultMetrics(), o.Tunnel.Limits())
+	sessions.MetricsWithoutMounts = !o.MetricsPerMount
 	cfg.Extra.Proxier.Tunnels = sessions
 	cfg.Extra.Tunnel = mountapiserver.TunnelConfig{Sessions: sessions, AuthorizationInterval: o.Tunnel.AuthorizationInterval, ReplicaName: o.Tunnel.ReplicaName,
 		MaxAttaching:         o.Tunnel.MaxAttaching,

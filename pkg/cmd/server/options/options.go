@@ -121,6 +121,8 @@ type Options struct {
 	StatusWorkers int
 	// StatusProbesQPS bounds the probes of healthy mounts per second, all together.
 	StatusProbesQPS float64
+	// MetricsPerMount labels the proxy's and tunnels' metric series by mount.
+	MetricsPerMount bool
 	// StatusController runs the status controller in this process.
 	StatusController bool
 	// LeaderElection elects the replica that writes status (delegated mode).
@@ -174,6 +176,7 @@ func NewOptions() *Options {
 		StatusProbeInterval:         30 * time.Second,
 		StatusWorkers:               16,
 		StatusProbesQPS:             100,
+		MetricsPerMount:             true,
 		KubeAPIQPS:                  100,
 		KubeAPIBurst:                200,
 		StatusController:            true,
@@ -251,6 +254,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.IntVar(&o.StatusWorkers, "status-workers", o.StatusWorkers, "Concurrent probes of the status controller.")
 	fs.Float64Var(&o.StatusProbesQPS, "status-probes-qps", o.StatusProbesQPS,
 		"Probes per second of healthy mounts at most, all together: up to --status-probe-interval x this many mounts, each is probed every --status-probe-interval; past that each less often (10,000 mounts at 100: every 100 s; probes more than 90 s apart close their connection after them, since a Kubernetes API server closes it before the next one). Requests through a mount and its agent's coming and going still move its status at once. 0: no bound.")
+	fs.BoolVar(&o.MetricsPerMount, "metrics-per-mount", o.MetricsPerMount,
+		"Label the series of mount_proxy_* and mount_tunnel_* by mount: about 20 series for an idle tunnel mount, more for each verb and code of the requests through a mount. false: one set of series for all mounts (the mount label empty), for fleets whose Prometheus should not hold series per mount.")
 	fs.BoolVar(&o.StatusController, "status-controller", o.StatusController, "Run the status controller, which probes every mount and writes its status. Turn it off where another process writes status.")
 	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS,
 		"Delegated mode: requests per second the server sends the host cluster through its main client: agents' attaches (a ServiceAccount read and a Lease write each) and re-checks, Lease renewals of tunnel sessions, SubjectAccessReviews of lending, Secret reads. Raise it with the host's capacity to reconnect large fleets faster: a reconnect storm of 10,000 agents is paced by it (docs/tunnel-scale.md). The leader election and the Events have limiters of their own at this rate.")
