@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -174,14 +175,24 @@ func TestNetnsCleanup(t *testing.T) {
 		ns := framework.NewNetns(t)
 		name = ns.Name
 		cmd := exec.Command("ip", "netns", "exec", ns.Name, "sleep", "600")
+		// Should the cleanup miss it, it still dies with the test process.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
 		go func() { _ = cmd.Wait() }()
 		pid = cmd.Process.Pid
-		pids, err := ns.Pids()
-		if err != nil {
-			t.Fatal(err)
+		// ip netns exec joins the namespace a moment after it started (CI once asked before,
+		// found none, and the cleanup then ran before the join: the process outlived it).
+		var pids []int
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			var err error
+			if pids, err = ns.Pids(); err != nil {
+				t.Fatal(err)
+			}
+			if len(pids) > 0 || time.Now().After(deadline) {
+				break
+			}
 		}
 		if len(pids) != 1 || pids[0] != pid {
 			t.Fatalf("pids in %s: %v, want [%d]", ns.Name, pids, pid)
