@@ -2,7 +2,6 @@ package deadpeer
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"net"
 	"time"
@@ -56,9 +55,7 @@ func tcpOf(conn net.Conn) (*net.TCPConn, bool) {
 		switch c := conn.(type) {
 		case *net.TCPConn:
 			return c, true
-		case *tls.Conn:
-			conn = c.NetConn()
-		case interface{ NetConn() net.Conn }:
+		case interface{ NetConn() net.Conn }: // *tls.Conn among them
 			conn = c.NetConn()
 		default:
 			return nil, false

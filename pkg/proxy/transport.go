@@ -504,7 +504,8 @@ func (t *Transports) newTargetVia(cfg *rest.Config, caOverride []byte, connectTi
 			// whose request or probe dialed it.
 			t.metrics.connectionOpened(ctx)
 			// An upgraded stream (exec, port-forward) has no HTTP/2 pings: a target whose
-			// node vanished would hold it for the kernel's minutes.
+			// node vanished would hold it for the kernel's minutes. Plain connections share
+			// this dial; their pings would end them as soon.
 			conn = deadpeer.TuneOrLog(ctx, conn)
 		}
 		return conn, err
