@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -91,10 +92,68 @@ func quantiles(oks []time.Duration) string {
 	return fmt.Sprintf("p50 %v, p90 %v, p99 %v", at(0.5), at(0.9), at(0.99))
 }
 
+// answers counts the answers by code, and keeps the first few distinct messages of each code
+// other than 200: what a failure said, not only that it failed.
+type answers struct {
+	mu      sync.Mutex
+	counts  map[string]int
+	samples map[string][]string
+}
+
+// maxSamples bounds the distinct messages kept of one code.
+const maxSamples = 3
+
+func (a *answers) add(code, message string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.counts == nil {
+		a.counts, a.samples = map[string]int{}, map[string][]string{}
+	}
+	a.counts[code]++
+	if code == "200" || message == "" || len(a.samples[code]) >= maxSamples || slices.Contains(a.samples[code], message) {
+		return
+	}
+	a.samples[code] = append(a.samples[code], message)
+}
+
+// String is the counts, as a map prints, then the messages kept.
+func (a *answers) String() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := fmt.Sprint(a.counts)
+	codes := make([]string, 0, len(a.samples))
+	for code := range a.samples {
+		codes = append(codes, code)
+	}
+	sort.Strings(codes)
+	for _, code := range codes {
+		s += fmt.Sprintf("; %s: %q", code, a.samples[code])
+	}
+	return s
+}
+
+// message is what an answer's body or error says, in one bounded line.
+func message(body []byte, err error) string {
+	if err != nil {
+		body = []byte(err.Error())
+	}
+	var status struct {
+		Message string `json:"message"`
+	}
+	if json.Unmarshal(body, &status) == nil && status.Message != "" {
+		body = []byte(status.Message)
+	}
+	s := strings.Join(strings.Fields(string(body)), " ")
+	if len(s) > 200 {
+		s = s[:200] + "..."
+	}
+	return s
+}
+
 // reach sends GETs through every replica of via to every mount of mounts until each
 // (mount, replica) pair answered 200 once, and returns when each did after since, ascending,
-// with the answers meanwhile by code. each runs between rounds.
-func (b *bench) reach(via []*hubProcess, mounts []string, since time.Time, timeout time.Duration, each func()) ([]time.Duration, map[string]int, error) {
+// with the answers meanwhile. each runs between rounds.
+func (b *bench) reach(via []*hubProcess, mounts []string, since time.Time, timeout time.Duration, each func()) ([]time.Duration, *answers, error) {
 	var clients []*http.Client
 	for _, h := range via {
 		c, err := measure.Client(h.config(b.bencher))
@@ -114,7 +173,7 @@ func (b *bench) reach(via []*hubProcess, mounts []string, since time.Time, timeo
 			pending[pair{m, r}] = true
 		}
 	}
-	codes := map[string]int{}
+	codes := &answers{}
 	var mu sync.Mutex
 	var oks []time.Duration
 	deadline := time.Now().Add(timeout)
@@ -134,13 +193,19 @@ func (b *bench) reach(via []*hubProcess, mounts []string, since time.Time, timeo
 				for p := range work {
 					url := via[p.replica].url() + "/apis/mounts.kcp.io/v1alpha1/mounts/" + p.mount + "/proxy/version"
 					code := "error"
-					if resp, err := clients[p.replica].Get(url); err == nil {
-						_, _ = io.Copy(io.Discard, resp.Body)
+					resp, err := clients[p.replica].Get(url)
+					var body []byte
+					if err == nil {
+						body, _ = io.ReadAll(io.LimitReader(resp.Body, 4096))
 						resp.Body.Close()
 						code = fmt.Sprint(resp.StatusCode)
 					}
+					if code != "200" {
+						codes.add(code, message(body, err))
+					} else {
+						codes.add(code, "")
+					}
 					mu.Lock()
-					codes[code]++
 					if code == "200" {
 						delete(pending, p)
 						oks = append(oks, time.Since(since))
