@@ -17,10 +17,11 @@ type Freezer struct {
 	ln      net.Listener
 	backend string
 
-	mu     sync.Mutex
-	frozen chan struct{}
-	conns  []net.Conn
-	wg     sync.WaitGroup
+	mu      sync.Mutex
+	frozen  chan struct{}
+	stopped bool
+	conns   []net.Conn
+	wg      sync.WaitGroup
 }
 
 // NewFreezer relays 127.0.0.1:<port> to backend until the test ends.
@@ -48,6 +49,15 @@ func (f *Freezer) Freeze() {
 	f.frozen = make(chan struct{})
 }
 
+// Stop silences the connections relayed so far and every later one: a stopped process on a
+// live machine, whose kernel still accepts connections that nothing then answers.
+func (f *Freezer) Stop() {
+	f.mu.Lock()
+	f.stopped = true
+	f.mu.Unlock()
+	f.Freeze()
+}
+
 func (f *Freezer) serve() {
 	defer f.wg.Done()
 	for {
@@ -55,6 +65,14 @@ func (f *Freezer) serve() {
 		if err != nil {
 			return
 		}
+		f.mu.Lock()
+		if f.stopped {
+			// Held open, never relayed.
+			f.conns = append(f.conns, c)
+			f.mu.Unlock()
+			continue
+		}
+		f.mu.Unlock()
 		b, err := net.Dial("tcp", f.backend)
 		if err != nil {
 			c.Close()

@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
@@ -36,6 +37,7 @@ import (
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts/v1alpha1"
 	"github.com/kcp-dev/mount-apiserver/pkg/clusters"
 	"github.com/kcp-dev/mount-apiserver/pkg/cmd/server/options"
+	clientset "github.com/kcp-dev/mount-apiserver/pkg/generated/clientset/versioned"
 	"github.com/kcp-dev/mount-apiserver/pkg/tunnel"
 	"github.com/kcp-dev/mount-apiserver/pkg/tunnel/agent"
 	"github.com/kcp-dev/mount-apiserver/pkg/tunnel/peers"
@@ -232,21 +234,25 @@ func haProxyGet(t *testing.T, cfg *rest.Config, name, path string) (int, string)
 	return resp.StatusCode, string(body)
 }
 
-// TestTunnelHA runs two replicas of one aggregated server (one external etcd, one serving
-// CA, a forwarder standing in for the Service the host's aggregator dials) and a real target
-// kube-apiserver on loopback reached only through an agent. The agent reaches the hub through
-// a forwarder that sends it to the first live replica: replica 1. Then:
-//   - replica 1 records that it holds the session (a Lease naming it and its peer URL);
-//   - requests through replica 2, which holds no session, reach the target through the hop to
-//     replica 1; so do requests through the host's aggregator, whichever replica it picks;
-//   - replica 1 is killed (SIGKILL, its Lease left behind): requests get only 503 (never a
-//     hang into the dead owner), the agent reconnects to replica 2, which takes the Lease
-//     over, and requests work again; the test reports how long that took;
-//   - a watch through replica 2 relayed to replica 1 ends when replica 1 dies (at most an
-//     ERROR event with a Status), and a RetryWatcher through replica 2 resumes after the
-//     failover;
-//   - the agent stops: replica 2 releases the Lease.
-func TestTunnelHA(t *testing.T) {
+// tunnelHA is two replicas of one aggregated server with a tunnel mount whose agent is
+// attached to replica 1 (see TestTunnelHA).
+type tunnelHA struct {
+	ctx         context.Context
+	host        *framework.KubeAPIServer
+	target      *framework.KubeAPIServer
+	r1, r2      *framework.Process
+	admin       clientset.Interface
+	leases      coordinationv1client.LeaseInterface
+	leaseName   string
+	user        *rest.Config
+	stopAgent   func()
+	agentDone   chan struct{}
+	waitHolder  func(prefix, peerURL string) time.Time
+	connectedTo func(replica string) func(*v1alpha1.Mount) bool
+}
+
+// startTunnelHA starts a tunnelHA and waits until replica 1 holds the agent's session.
+func startTunnelHA(t *testing.T) *tunnelHA {
 	start := time.Now()
 	ctx := klog.NewContext(context.Background(), klog.Background())
 	host, err := framework.StartKubeAPIServer(ctx, t.TempDir())
@@ -351,6 +357,36 @@ func TestTunnelHA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return &tunnelHA{ctx: ctx, host: host, target: target, r1: r1, r2: r2, admin: admin, leases: leases, leaseName: leaseName,
+		user: user, stopAgent: stopAgent, agentDone: agentDone, waitHolder: waitHolder, connectedTo: connectedTo}
+}
+
+// direct is cfg's user at replica p.
+func direct(cfg *rest.Config, p *framework.Process) *rest.Config {
+	out := rest.CopyConfig(cfg)
+	out.Host, out.CAData = p.URL, p.CAData
+	return out
+}
+
+// TestTunnelHA runs two replicas of one aggregated server (one external etcd, one serving
+// CA, a forwarder standing in for the Service the host's aggregator dials) and a real target
+// kube-apiserver on loopback reached only through an agent. The agent reaches the hub through
+// a forwarder that sends it to the first live replica: replica 1. Then:
+//   - replica 1 records that it holds the session (a Lease naming it and its peer URL);
+//   - requests through replica 2, which holds no session, reach the target through the hop to
+//     replica 1; so do requests through the host's aggregator, whichever replica it picks;
+//   - replica 1 is killed (SIGKILL, its Lease left behind): requests get only 503 (never a
+//     hang into the dead owner), the agent reconnects to replica 2, which takes the Lease
+//     over, and requests work again; the test reports how long that took;
+//   - a watch through replica 2 relayed to replica 1 ends when replica 1 dies (at most an
+//     ERROR event with a Status), and a RetryWatcher through replica 2 resumes after the
+//     failover;
+//   - the agent stops: replica 2 releases the Lease.
+func TestTunnelHA(t *testing.T) {
+	ha := startTunnelHA(t)
+	ctx, host, target, r1, r2, admin := ha.ctx, ha.host, ha.target, ha.r1, ha.r2, ha.admin
+	leases, leaseName, user, stopAgent, agentDone := ha.leases, ha.leaseName, ha.user, ha.stopAgent, ha.agentDone
+	waitHolder, connectedTo := ha.waitHolder, ha.connectedTo
 	direct := func(p *framework.Process) *rest.Config {
 		cfg := rest.CopyConfig(user)
 		cfg.Host, cfg.CAData = p.URL, p.CAData

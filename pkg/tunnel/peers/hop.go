@@ -14,11 +14,13 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/transport"
+	"k8s.io/klog/v2"
 
 	"github.com/kcp-dev/mount-apiserver/pkg/deadpeer"
 	"github.com/kcp-dev/mount-apiserver/pkg/tunnel"
@@ -42,6 +44,20 @@ var ErrOwnerUnreachable = errors.New("the replica that holds the session does no
 // maxRefusalBody bounds what is read of an owner's refusal.
 const maxRefusalBody = 4 << 10
 
+// While hops to an owner are open, the dialing replica asks the owner's LivezPath every
+// ownerCheckEvery; one that has not answered within ownerCheckTimeout is hung (a stopped or
+// deadlocked process, whose kernel still answers TCP: neither pkg/deadpeer nor any ping sees
+// it), and its hops are closed. An exec stream relayed through it would otherwise hang until
+// its caller gives up. Together at most 20 s, as deadpeer.After for a vanished machine.
+const (
+	ownerCheckEvery   = 10 * time.Second
+	ownerCheckTimeout = 10 * time.Second
+)
+
+// LivezPath is what a hop's owner is asked to show that its process still serves; any answer
+// does (an owner may refuse the caller), only silence does not.
+const LivezPath = "/livez"
+
 // Hop dials the owning replica of a session: HTTPS verified against the peer CAs,
 // authenticated with this replica's host credentials (bearer token or client certificate,
 // which the owner's delegated authentication accepts), upgraded to a raw connection.
@@ -52,6 +68,17 @@ type Hop struct {
 	wrap       func(http.RoundTripper) (http.RoundTripper, error)
 	timeout    time.Duration
 	metrics    *Metrics
+
+	// checkEvery and checkTimeout pace the liveness checks of owners with open hops
+	// (ownerCheckEvery, ownerCheckTimeout; shorter in tests).
+	checkEvery, checkTimeout time.Duration
+	// checks is the checks' client: kept connections, one per owner, so a check costs no
+	// handshake.
+	checks *http.Client
+
+	mu sync.Mutex
+	// open are the hops open to each owner (by URL), each owner with a watch while it has any.
+	open map[string]map[*relayedConn]struct{}
 }
 
 // NewHop returns a Hop that authenticates as host (the replica's host kubeconfig or
@@ -83,13 +110,30 @@ func NewHop(host *rest.Config, peerCAs *x509.CertPool, serverName string, timeou
 	if timeout <= 0 {
 		timeout = DefaultHopTimeout
 	}
-	return &Hop{
-		tlsConfig:  tlsConfig,
-		serverName: serverName,
-		wrap:       func(rt http.RoundTripper) (http.RoundTripper, error) { return transport.HTTPWrappersForConfig(tc, rt) },
-		timeout:    timeout,
-		metrics:    m,
-	}, nil
+	h := &Hop{
+		tlsConfig:    tlsConfig,
+		serverName:   serverName,
+		wrap:         func(rt http.RoundTripper) (http.RoundTripper, error) { return transport.HTTPWrappersForConfig(tc, rt) },
+		timeout:      timeout,
+		metrics:      m,
+		checkEvery:   ownerCheckEvery,
+		checkTimeout: ownerCheckTimeout,
+		open:         map[string]map[*relayedConn]struct{}{},
+	}
+	checksTLS := tlsConfig.Clone()
+	checksTLS.ServerName = serverName
+	checks, err := h.wrap(&http.Transport{
+		Proxy:               nil,
+		TLSClientConfig:     checksTLS,
+		TLSHandshakeTimeout: timeout,
+		MaxIdleConnsPerHost: 1,
+		IdleConnTimeout:     3 * ownerCheckEvery,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("host credentials: %w", err)
+	}
+	h.checks = &http.Client{Transport: checks}
+	return h, nil
 }
 
 // Dial asks peer to relay a connection to address through its session of key. Errors wrap
@@ -98,10 +142,85 @@ func (h *Hop) Dial(ctx context.Context, peer Peer, key, address string) (net.Con
 	start := time.Now()
 	conn, result, err := h.dial(ctx, peer, key, address)
 	h.metrics.hop(result, time.Since(start))
-	return conn, err
+	if err != nil {
+		return nil, err
+	}
+	h.track(ctx, peer, conn)
+	return conn, nil
 }
 
-func (h *Hop) dial(ctx context.Context, peer Peer, key, address string) (net.Conn, string, error) {
+// track records c as open to peer until it is closed, and watches peer while any is.
+func (h *Hop) track(ctx context.Context, peer Peer, c *relayedConn) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	conns, watched := h.open[peer.URL]
+	if !watched {
+		conns = map[*relayedConn]struct{}{}
+		h.open[peer.URL] = conns
+		// Not the dial's context: the watch outlives the request that dialed.
+		go h.watch(klog.FromContext(ctx), peer)
+	}
+	conns[c] = struct{}{}
+	c.release = func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		delete(h.open[peer.URL], c)
+	}
+}
+
+// watch checks peer every checkEvery while hops to it are open; when it does not answer, it
+// closes them all. It ends once none is open.
+func (h *Hop) watch(logger klog.Logger, peer Peer) {
+	t := time.NewTicker(h.checkEvery)
+	defer t.Stop()
+	for range t.C {
+		h.mu.Lock()
+		if len(h.open[peer.URL]) == 0 {
+			delete(h.open, peer.URL)
+			h.mu.Unlock()
+			return
+		}
+		h.mu.Unlock()
+		err := h.check(peer)
+		var ne net.Error
+		if err == nil || !errors.Is(err, context.DeadlineExceeded) && !(errors.As(err, &ne) && ne.Timeout()) {
+			// An answer, or an error that is not silence (a refused or reset connection
+			// ends the hops by itself).
+			if err != nil {
+				logger.V(2).Info("Liveness check of a replica that holds tunnel sessions failed", "owner", peer.Identity, "err", err.Error())
+			}
+			continue
+		}
+		h.mu.Lock()
+		conns := h.open[peer.URL]
+		delete(h.open, peer.URL)
+		h.mu.Unlock()
+		logger.Info("The replica that holds tunnel sessions did not answer its liveness check; closing the connections relayed through it", "owner", peer.Identity, "connections", len(conns), "err", err.Error())
+		h.metrics.ownerHung(len(conns))
+		for c := range conns {
+			_ = c.Close()
+		}
+		return
+	}
+}
+
+// check asks peer's LivezPath within checkTimeout. Any answer shows a process that serves.
+func (h *Hop) check(peer Peer) error {
+	ctx, cancel := context.WithTimeout(context.Background(), h.checkTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(peer.URL, "/")+LivezPath, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := h.checks.Do(req)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxRefusalBody))
+	return resp.Body.Close()
+}
+
+func (h *Hop) dial(ctx context.Context, peer Peer, key, address string) (*relayedConn, string, error) {
 	u := strings.TrimSuffix(peer.URL, "/") + RelayPath + "?" + url.Values{"key": {key}, "address": {address}}.Encode()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
@@ -119,7 +238,7 @@ func (h *Hop) dial(ctx context.Context, peer Peer, key, address string) (net.Con
 		return nil, ResultUnreachable, fmt.Errorf("%w: %w %s: %v", tunnel.ErrNoSession, ErrOwnerUnreachable, peer.URL, err)
 	}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
-		if c, ok := resp.Body.(net.Conn); ok {
+		if c, ok := resp.Body.(*relayedConn); ok {
 			return c, ResultOK, nil
 		}
 		_ = resp.Body.Close()
@@ -223,6 +342,20 @@ func (b bufferedBody) Close() error               { return nil }
 type relayedConn struct {
 	net.Conn
 	r *bufio.Reader
+	// release, set by track before the connection is handed out, forgets it when closed.
+	release   func()
+	closeOnce sync.Once
+}
+
+// Close closes the connection and forgets it.
+func (c *relayedConn) Close() error {
+	err := c.Conn.Close()
+	c.closeOnce.Do(func() {
+		if release := c.release; release != nil {
+			release()
+		}
+	})
+	return err
 }
 
 func (c *relayedConn) Read(p []byte) (int, error) {

@@ -27,6 +27,7 @@ type Metrics struct {
 	hops        *metrics.CounterVec
 	hopDuration *metrics.HistogramVec
 	relays      *metrics.CounterVec
+	hungClosed  *metrics.Counter
 }
 
 var (
@@ -39,7 +40,7 @@ var (
 func DefaultMetrics() *Metrics {
 	defaultMetricsOnce.Do(func() {
 		defaultMetrics = NewMetrics()
-		legacyregistry.MustRegister(defaultMetrics.hops, defaultMetrics.hopDuration, defaultMetrics.relays)
+		legacyregistry.MustRegister(defaultMetrics.hops, defaultMetrics.hopDuration, defaultMetrics.relays, defaultMetrics.hungClosed)
 	})
 	return defaultMetrics
 }
@@ -58,6 +59,8 @@ func NewMetrics() *Metrics {
 		relays: metrics.NewCounterVec(&metrics.CounterOpts{Namespace: ns, Subsystem: sub, Name: "relays_total",
 			Help: "Hops of other replicas into a tunnel session held here, by result.", StabilityLevel: metrics.ALPHA},
 			[]string{"result"}),
+		hungClosed: metrics.NewCounter(&metrics.CounterOpts{Namespace: ns, Subsystem: sub, Name: "hops_closed_owner_hung_total",
+			Help: "Open hops closed because the replica holding their sessions did not answer its liveness check.", StabilityLevel: metrics.ALPHA}),
 	}
 }
 
@@ -74,4 +77,11 @@ func (m *Metrics) relay(result string) {
 		return
 	}
 	m.relays.WithLabelValues(result).Inc()
+}
+
+func (m *Metrics) ownerHung(closed int) {
+	if m == nil {
+		return
+	}
+	m.hungClosed.Add(float64(closed))
 }
