@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -39,12 +40,17 @@ func TestTargetsShareParsedCABundles(t *testing.T) {
 		}
 		return target
 	}
+	// The requests' contexts end before the Targets are expected to go: a context's deadline
+	// timer keeps it, and what the transport registered on it, until it fires (CI once
+	// waited the whole 10 s for a bundle).
+	ctx, endRequests := context.WithCancel(context.Background())
+	defer endRequests()
 	alice, bob := build("alice", caPEM(server)), build("bob", caPEM(server))
 	if alice.plain.TLSClientConfig.RootCAs != bob.plain.TLSClientConfig.RootCAs {
 		t.Error("two Targets of one CA bundle parsed it twice")
 	}
 	for _, target := range []*Target{alice, bob} {
-		resp, err := get(t, target, "/")
+		resp, err := getWith(ctx, t, target, "/")
 		if err != nil {
 			t.Fatalf("the shared pool does not verify the target: %v", err)
 		}
@@ -63,7 +69,7 @@ func TestTargetsShareParsedCABundles(t *testing.T) {
 	if stranger.plain.TLSClientConfig.RootCAs == alice.plain.TLSClientConfig.RootCAs {
 		t.Fatal("bundles of two CAs share a pool")
 	}
-	if _, err := get(t, stranger, "/"); err == nil {
+	if _, err := getWith(ctx, t, stranger, "/"); err == nil {
 		t.Fatal("a Target trusting another CA reached the server")
 	}
 
@@ -76,6 +82,7 @@ func TestTargetsShareParsedCABundles(t *testing.T) {
 	if n := tr.caPools.len(); n < 2 {
 		t.Fatalf("%d bundles held, want 2 or 3", n)
 	}
+	endRequests()
 	for _, target := range []*Target{alice, bob, stranger} {
 		target.close()
 	}
