@@ -37,38 +37,7 @@ func BenchmarkTunnelThroughput(b *testing.B) {
 		}
 	}))
 	defer target.Close()
-	sessions := tunnel.NewSessions(nil, tunnel.Limits{})
-	defer sessions.CloseAll()
-	m := &mounts.Mount{ObjectMeta: metav1.ObjectMeta{Name: "edge", UID: "uid-1"}, Spec: mounts.MountSpec{Tunnel: &mounts.MountTunnel{}}}
-	attacher := &tunnel.Attacher{Sessions: sessions}
-	hubServer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		ctx := genericapirequest.WithUser(req.Context(), &user.DefaultInfo{Name: "agent"})
-		handler, err := attacher.Handler(ctx, m)
-		if err != nil {
-			w.WriteHeader(http.StatusForbidden)
-			return
-		}
-		handler.ServeHTTP(w, req.WithContext(ctx))
-	}))
-	defer hubServer.Close()
-	url, _ := agent.AttachURL(hubServer.URL, "", "edge")
-	a, err := agent.New(&agent.Config{Hub: &rest.Config{Host: hubServer.URL}, AttachURL: url, Mount: "edge", Target: target.Listener.Addr().String(), MaxBackoff: time.Second})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = a.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	key := tunnel.SessionKey(clusters.DefaultCluster, m.UID)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if _, ok := sessions.Connected(key); ok && a.Connected() {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatal("no session")
-		}
-	}
+	sessions, key := benchSession(b, target.Listener.Addr().String(), nil)
 	fetch := func() error {
 		conn, err := sessions.DialContext(context.Background(), key, tunnel.AddressTarget)
 		if err != nil {
@@ -101,5 +70,44 @@ func BenchmarkTunnelThroughput(b *testing.B) {
 				wg.Wait()
 			}
 		})
+	}
+}
+
+// benchSession runs a hub's Sessions and a real agent of one mount attached to it, the agent's
+// target at target and its AddressAgent served by agentHandler (nil: none); it returns the
+// sessions and the session's key once both ends are up. All stop when the benchmark ends.
+func benchSession(b *testing.B, target string, agentHandler http.Handler) (*tunnel.Sessions, string) {
+	b.Helper()
+	sessions := tunnel.NewSessions(nil, tunnel.Limits{})
+	b.Cleanup(sessions.CloseAll)
+	m := &mounts.Mount{ObjectMeta: metav1.ObjectMeta{Name: "edge", UID: "uid-1"}, Spec: mounts.MountSpec{Tunnel: &mounts.MountTunnel{}}}
+	attacher := &tunnel.Attacher{Sessions: sessions}
+	hubServer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		ctx := genericapirequest.WithUser(req.Context(), &user.DefaultInfo{Name: "agent"})
+		handler, err := attacher.Handler(ctx, m)
+		if err != nil {
+			w.WriteHeader(http.StatusForbidden)
+			return
+		}
+		handler.ServeHTTP(w, req.WithContext(ctx))
+	}))
+	b.Cleanup(hubServer.Close)
+	url, _ := agent.AttachURL(hubServer.URL, "", "edge")
+	a, err := agent.New(&agent.Config{Hub: &rest.Config{Host: hubServer.URL}, AttachURL: url, Mount: "edge", Target: target, MaxBackoff: time.Second, AgentHandler: agentHandler})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = a.Run(ctx) }()
+	b.Cleanup(func() { cancel(); <-done })
+	key := tunnel.SessionKey(clusters.DefaultCluster, m.UID)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, ok := sessions.Connected(key); ok && a.Connected() {
+			return sessions, key
+		}
+		if time.Now().After(deadline) {
+			b.Fatal("no session")
+		}
 	}
 }
