@@ -182,10 +182,8 @@ func (h *Hop) watch(logger klog.Logger, peer Peer) {
 		}
 		h.mu.Unlock()
 		err := h.check(peer)
-		var ne net.Error
-		if err == nil || !errors.Is(err, context.DeadlineExceeded) && !(errors.As(err, &ne) && ne.Timeout()) {
-			// An answer, or an error that is not silence (a refused or reset connection
-			// ends the hops by itself).
+		if !silent(err) {
+			// An answer, or a refused or reset connection, which ends the hops by itself.
 			if err != nil {
 				logger.V(2).Info("Liveness check of a replica that holds tunnel sessions failed", "owner", peer.Identity, "err", err.Error())
 			}
@@ -202,6 +200,12 @@ func (h *Hop) watch(logger klog.Logger, peer Peer) {
 		}
 		return
 	}
+}
+
+// silent says whether a check's error is that nothing answered in time.
+func silent(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }
 
 // check asks peer's LivezPath within checkTimeout. Any answer shows a process that serves.

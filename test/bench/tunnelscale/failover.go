@@ -110,7 +110,7 @@ func (a *answers) add(code, message string) {
 		a.counts, a.samples = map[string]int{}, map[string][]string{}
 	}
 	a.counts[code]++
-	if code == "200" || message == "" || len(a.samples[code]) >= maxSamples || slices.Contains(a.samples[code], message) {
+	if message == "" || len(a.samples[code]) >= maxSamples || slices.Contains(a.samples[code], message) {
 		return
 	}
 	a.samples[code] = append(a.samples[code], message)
@@ -200,11 +200,11 @@ func (b *bench) reach(via []*hubProcess, mounts []string, since time.Time, timeo
 						resp.Body.Close()
 						code = fmt.Sprint(resp.StatusCode)
 					}
+					msg := ""
 					if code != "200" {
-						codes.add(code, message(body, err))
-					} else {
-						codes.add(code, "")
+						msg = message(body, err)
 					}
+					codes.add(code, msg)
 					mu.Lock()
 					if code == "200" {
 						delete(pending, p)
