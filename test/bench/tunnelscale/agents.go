@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -178,6 +179,8 @@ type agentsPool struct {
 	perProcess int
 	procs      []*agentsProcess
 	added      int
+	// nice is the niceness of the simulators started after lowerPriority; 0 before.
+	nice int
 }
 
 // agentsProcess is one simulator process.
@@ -194,13 +197,31 @@ func newAgentsPool(dir string, perProcess int, args ...string) *agentsPool {
 	return &agentsPool{dir: dir, perProcess: perProcess, args: args}
 }
 
-// startAgents runs this binary as a simulator with args.
-func startAgents(logPath string, args []string) (*agentsProcess, error) {
+// lowerPriority runs the agents added from now on in simulators of their own under nice: the
+// agents of a fleet run on machines of their own, not on the hub's cores, and the tunnel the
+// bench times (agent 0's) stays in a simulator of normal priority.
+func (a *agentsPool) lowerPriority(nice int) {
+	if nice == 0 || a.nice == nice {
+		return
+	}
+	a.nice = nice
+	if n := len(a.procs); n > 0 {
+		a.procs[n-1].added = a.perProcess
+	}
+}
+
+// startAgents runs this binary as a simulator with args, under nice(1) if nice is not 0 (so
+// that every thread of the Go runtime has it: Linux keeps niceness per thread).
+func startAgents(logPath string, nice int, args []string) (*agentsProcess, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(self, append([]string{"agents", "-log", logPath}, args...)...)
+	argv := append([]string{self, "agents", "-log", logPath}, args...)
+	if nice != 0 {
+		argv = append([]string{"nice", "-n", strconv.Itoa(nice)}, argv...)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
@@ -222,7 +243,7 @@ func startAgents(logPath string, args []string) (*agentsProcess, error) {
 // add starts the agent of mount in a simulator with room for it.
 func (a *agentsPool) add(mount, token string) error {
 	if len(a.procs) == 0 || a.procs[len(a.procs)-1].added >= a.perProcess {
-		p, err := startAgents(filepath.Join(a.dir, fmt.Sprintf("agents-%d.log", len(a.procs)+1)), a.args)
+		p, err := startAgents(filepath.Join(a.dir, fmt.Sprintf("agents-%d.log", len(a.procs)+1)), a.nice, a.args)
 		if err != nil {
 			return err
 		}

@@ -49,6 +49,7 @@ func (b *bench) failoverRun(ctx context.Context, n int) error {
 	// Sessions started since the failure count the moved agents: a stopped replica's agents
 	// still count as connected until they notice it is silent.
 	_, _, startedBefore := b.agents.status()
+	procs0 := processCPU()
 	failed := time.Now()
 	switch b.c.failover {
 	case "stop":
@@ -78,6 +79,7 @@ func (b *bench) failoverRun(ctx context.Context, n int) error {
 	}
 	fmt.Printf("a GET through each remaining replica reaches every agent of replica 2 again %v after the failure (%s of the (mount, replica) pairs; answers meanwhile: %v)\n", oks[len(oks)-1].Round(100*time.Millisecond), quantiles(oks), codes)
 	fmt.Printf("host API calls meanwhile: %s\n", rates(before, after, time.Since(failed)))
+	fmt.Println(cpuShares(procs0, processCPU(), b.processKind, len(moved), "moved agent"))
 	if b.c.failover == "stop" {
 		_ = victim.cmd.Process.Signal(syscall.SIGCONT)
 	}

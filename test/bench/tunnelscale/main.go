@@ -74,6 +74,7 @@ type config struct {
 	profiles      string
 	ramp          float64
 	agentBindings bool
+	agentsNice    int
 }
 
 func main() {
@@ -108,6 +109,7 @@ func main() {
 	flag.BoolVar(&c.keep, "keep", false, "keep the directory with the logs")
 	flag.Float64Var(&c.ramp, "ramp", 0, "new agents started per second at each number of sessions, as a fleet rolls out (0: all at once, an attach storm: 9,000 at once overloaded this machine's host, whose timed-out re-checks then closed sessions)")
 	flag.BoolVar(&c.agentBindings, "agent-bindings", false, "give each agent a ClusterRole and a binding of its own on the host (resourceNames: its Mount), instead of one binding for the agents' namespace and each Mount naming its agent (spec.tunnel.agentUser); the host's RBAC walks every binding on every request")
+	flag.IntVar(&c.agentsNice, "agents-nice", 0, "niceness of the simulators of the agents past the first number of sessions (e.g. 19: a fleet's agents do not share the hub's cores; the timed tunnel's agent keeps a simulator of normal priority)")
 	flag.StringVar(&c.profiles, "profiles", "", "directory to write profiles of each replica to: CPU and allocations over each idle window, heap at its end (cpu-<sessions>-<replica>.pprof, allocs-..., heap-...; go tool pprof -top reads them)")
 	flag.Parse()
 	for _, s := range strings.Split(*levels, ",") {
@@ -391,6 +393,9 @@ func (b *bench) measure(ctx context.Context) error {
 			return err
 		}
 		all = append(all, f...)
+		if li == 0 {
+			b.agents.lowerPriority(b.c.agentsNice)
+		}
 		if b.c.requests > 0 && (li == 0 || li == len(b.c.levels)-1) {
 			p50, p99, err := b.timeGets(n)
 			if err != nil {
@@ -463,10 +468,10 @@ func (b *bench) idle(ctx context.Context, n int) ([]figures, error) {
 			return nil, err
 		}
 	}
-	start := time.Now()
+	start, procs0 := time.Now(), processCPU()
 	profiled := b.profile(n)
 	time.Sleep(b.c.window)
-	elapsed := time.Since(start)
+	elapsed, procs1 := time.Since(start), processCPU()
 	if err := profiled(); err != nil {
 		return nil, err
 	}
@@ -497,6 +502,7 @@ func (b *bench) idle(ctx context.Context, n int) ([]figures, error) {
 		return nil, err
 	}
 	fmt.Printf("host API calls in that window: %s\n", rates(before, after, elapsed))
+	fmt.Println(cpuPercents(procs0, procs1, b.processKind, elapsed))
 	return out, nil
 }
 
@@ -597,7 +603,7 @@ func (b *bench) stormRestart(ctx context.Context, n int) error {
 		return err
 	}
 	_, _, started0 := b.agents.status()
-	cpu0 := machineCPU()
+	cpu0, procs0 := machineCPU(), processCPU()
 	killed := time.Now()
 	h.kill()
 	if err := h.start(ctx); err != nil {
@@ -664,8 +670,34 @@ func (b *bench) stormRestart(ctx context.Context, n int) error {
 	fmt.Printf("all %d Mounts Ready with an agent connected %v after the kill; sessions started meanwhile %d (%.2f per agent); %s\n", n, recovered.Round(100*time.Millisecond), started1-started0, float64(started1-started0)/float64(n*b.c.sessions), machineCPU().since(cpu0))
 	fmt.Printf("mount-apiserver RSS: peak %.0f MiB (VmHWM of the new process), now %.0f MiB\n", mib(max(int(peakRSS.Load()), m.hwm)), mib(m.rss))
 	fmt.Printf("host API calls from the kill to recovery (%v): %s\n", recovered.Round(time.Second), rates(before, after, recovered))
+	fmt.Println(cpuShares(procs0, processCPU(), b.processKind, started1-started0, "session started"))
 	fmt.Print(logSummary(h.logPath, logOffset))
 	return nil
+}
+
+// processKind names what a process of the bench is, for cpuShares.
+func (b *bench) processKind(pid int, comm string) string {
+	switch {
+	case pid == os.Getpid():
+		return "the bench (the host's embedded etcd, its GETs and checks)"
+	case pid == b.host.Pid():
+		return "host kube-apiserver"
+	case pid == b.remote.Pid():
+		return "target kube-apiserver"
+	case b.etcd != nil && pid == b.etcd.Pid():
+		return "mount-apiserver's etcd"
+	case comm == "tunnelscale":
+		return "agent simulators"
+	}
+	for i, h := range b.hubs {
+		if h.cmd != nil && h.cmd.Process != nil && pid == h.pid() {
+			if len(b.hubs) > 1 {
+				return fmt.Sprintf("mount-apiserver replica %d", i+1)
+			}
+			return "mount-apiserver"
+		}
+	}
+	return comm
 }
 
 func fileSize(path string) int64 {
@@ -701,8 +733,8 @@ func logSummary(path string, offset int64) string {
 			if i := strings.Index(l, "] "); i >= 0 {
 				msg = l[i+2:]
 			}
-			if len(msg) > 100 {
-				msg = msg[:100]
+			if len(msg) > 240 {
+				msg = msg[:240]
 			}
 			messages[string(l[0])+" "+msg]++
 		}

@@ -350,3 +350,103 @@ func (h *hubProcess) config(cfg *rest.Config) *rest.Config {
 	c.Host, c.CAData = h.url(), h.ca
 	return c
 }
+
+// procCPU is one process's name and CPU time so far.
+type procCPU struct {
+	comm string
+	cpu  time.Duration
+}
+
+// processCPU is the CPU time so far of this process and of every process it started (the
+// servers, etcds and simulators), by pid.
+func processCPU() map[int]procCPU {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	type stat struct {
+		procCPU
+		ppid int
+	}
+	all := map[int]stat{}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		s := string(data)
+		open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if open < 0 || end < open {
+			continue
+		}
+		// After the name: state, ppid, ... utime (the 12th), stime (the 13th).
+		fields := strings.Fields(s[end+1:])
+		if len(fields) < 13 {
+			continue
+		}
+		ppid, _ := strconv.Atoi(fields[1])
+		utime, _ := strconv.ParseInt(fields[11], 10, 64)
+		stime, _ := strconv.ParseInt(fields[12], 10, 64)
+		all[pid] = stat{procCPU{s[open+1 : end], time.Duration(utime+stime) * clockTick}, ppid}
+	}
+	self := os.Getpid()
+	ours := map[int]procCPU{}
+	for pid, st := range all {
+		for p, hops := pid, 0; p > 1 && hops < 10; p, hops = all[p].ppid, hops+1 {
+			if p == self {
+				ours[pid] = st.procCPU
+				break
+			}
+		}
+	}
+	return ours
+}
+
+// byKind sums the CPU each kind of process used between two processCPU readings, most first;
+// a process absent before (started since) counts from zero, one gone since is left out.
+func byKind(before, after map[int]procCPU, label func(pid int, comm string) string) ([]string, map[string]time.Duration, time.Duration) {
+	sums := map[string]time.Duration{}
+	var total time.Duration
+	for pid, a := range after {
+		d := a.cpu
+		if b, ok := before[pid]; ok && b.comm == a.comm {
+			d -= b.cpu
+		}
+		sums[label(pid, a.comm)] += d
+		total += d
+	}
+	names := make([]string, 0, len(sums))
+	for n := range sums {
+		names = append(names, n)
+	}
+	sort.Slice(names, func(i, j int) bool { return sums[names[i]] > sums[names[j]] })
+	return names, sums, total
+}
+
+// cpuShares says how much CPU each kind of process used between two readings, in all and per
+// unit (e.g. per session started).
+func cpuShares(before, after map[int]procCPU, label func(pid int, comm string) string, units int, unit string) string {
+	names, sums, total := byKind(before, after, label)
+	per := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(max(units, 1)) }
+	parts := make([]string, 0, len(names))
+	for _, n := range names {
+		parts = append(parts, fmt.Sprintf("%s %.1f s (%.1f ms)", n, sums[n].Seconds(), per(sums[n])))
+	}
+	return fmt.Sprintf("CPU of the bench's processes: %.1f s in all, %.1f ms per %s: %s", total.Seconds(), per(total), unit, strings.Join(parts, ", "))
+}
+
+// cpuPercents says what share of one core each kind of process used between two readings
+// over elapsed.
+func cpuPercents(before, after map[int]procCPU, label func(pid int, comm string) string, elapsed time.Duration) string {
+	names, sums, total := byKind(before, after, label)
+	pct := func(d time.Duration) float64 { return 100 * d.Seconds() / elapsed.Seconds() }
+	parts := make([]string, 0, len(names))
+	for _, n := range names {
+		parts = append(parts, fmt.Sprintf("%s %.1f %%", n, pct(sums[n])))
+	}
+	return fmt.Sprintf("CPU of the bench's processes, share of one core: %.1f %% in all: %s", pct(total), strings.Join(parts, ", "))
+}

@@ -307,6 +307,14 @@ func (k *KubeAPIServer) Up(ctx context.Context) error {
 	return k.waitReady(ctx)
 }
 
+// Pid is kube-apiserver's process id, 0 if it is not running (a bench's account of CPU).
+func (k *KubeAPIServer) Pid() int {
+	if k.cmd == nil || k.cmd.Process == nil {
+		return 0
+	}
+	return k.cmd.Process.Pid
+}
+
 func (k *KubeAPIServer) waitReady(ctx context.Context) error {
 	client, err := rest.HTTPClientFor(k.AdminConfig)
 	if err != nil {
