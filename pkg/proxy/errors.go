@@ -21,6 +21,7 @@ import (
 
 	"github.com/kcp-dev/mount-apiserver/pkg/apis/mounts"
 	"github.com/kcp-dev/mount-apiserver/pkg/targetpolicy"
+	"github.com/kcp-dev/mount-apiserver/pkg/tunnel"
 )
 
 // RetryAfterSeconds is what a 429 (or a 503 of the rewrite memory budget) of this server's own
@@ -43,16 +44,19 @@ const ReasonLoopDetected metav1.StatusReason = "LoopDetected"
 // names a certificate is valid for) would make the proxy a scanner of every network it
 // reaches. The root cause goes to the server's log. Codes: 403 when the target policy
 // refuses the target, 504 for timeouts, 503 when nothing accepts the connection or no route
-// leads to the target, 502 for other dial, TLS and protocol failures, among them a target
-// that accepted the connection and cut it (a reset then depends on whether the target had
-// read all the request when it closed: it is no sign of an absent target). Messages name the
-// target's address as the mount names it, never credentials.
+// leads to the target, 502 for other dial, TLS and protocol failures, among them a tunnel
+// lost under the request (tunnel.ErrLost) and a target that accepted the connection and cut
+// it (a reset then depends on whether the target had read all the request when it closed: it
+// is no sign of an absent target). Messages name the target's address as the mount names it,
+// never credentials.
 func statusForError(target string, err error) *metav1.Status {
 	var policyErr *targetpolicy.Error
 	var netErr net.Error
 	switch {
 	case errors.As(err, &policyErr):
 		return newStatus(http.StatusForbidden, metav1.StatusReasonForbidden, policyErr.Error())
+	case errors.Is(err, tunnel.ErrLost):
+		return newStatus(http.StatusBadGateway, ReasonBadGateway, fmt.Sprintf("the tunnel to the mount's target %s was lost before the target answered: the agent's session ended (the agent went away or attached again) or the replica holding it went away; what the target did with the request is unknown", target))
 	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &netErr) && netErr.Timeout():
 		return newStatus(http.StatusGatewayTimeout, metav1.StatusReasonTimeout, fmt.Sprintf("timed out reaching the mount's target %s", target))
 	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):

@@ -149,3 +149,76 @@ func TestAgentCredentialsTunnel(t *testing.T) {
 		t.Errorf("probe without an agent: %+v", r)
 	}
 }
+
+// TestTunnelLostUnderARequest: a request whose tunnel session ends before the target answered
+// gets a 502 that says so, not one blaming the target (remotedialer fails the connection with
+// an error of its own, which read as a target that "did not answer as a Kubernetes API
+// server").
+func TestTunnelLostUnderARequest(t *testing.T) {
+	sessions := tunnel.NewSessions(nil, tunnel.Limits{})
+	t.Cleanup(sessions.CloseAll)
+	m := agentMount("edge", "uid-edge")
+	hub := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		sessions.Serve(w, req, tunnel.Mount{Cluster: clusters.DefaultCluster, Name: m.Name, UID: m.UID})
+	}))
+	t.Cleanup(hub.Close)
+	got, release := make(chan struct{}, 4), make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	// The agent's handler takes the request and answers only when the test ends.
+	slow := http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		got <- struct{}{}
+		select {
+		case <-release:
+		case <-req.Context().Done():
+		}
+	})
+	url, err := agent.AttachURL(hub.URL, "", m.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := agenttest.Run(t, &agent.Config{Hub: &rest.Config{Host: hub.URL}, AttachURL: url, Mount: m.Name, Target: "127.0.0.1:1", AgentHandler: slow, MaxBackoff: time.Second})
+	key := tunnel.SessionKey(clusters.DefaultCluster, m.UID)
+	reqCtx := genericapirequest.WithUser(context.Background(), &user.DefaultInfo{Name: "alice"})
+	for _, method := range []string{http.MethodGet, http.MethodPost} {
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if _, ok := sessions.Connected(key); ok && a.Connected() {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the agent did not connect")
+			}
+		}
+		// A new Proxier: the request's connection is its first, which net/http does not retry.
+		p := &Proxier{Transports: NewTransports(TransportOptions{}, nil), Tunnels: sessions}
+		h, err := p.Handler(reqCtx, m, "/api/v1/namespaces/default/configmaps")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := httptest.NewRecorder()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			req := httptest.NewRequest(method, "/apis/mounts.kcp.io/v1alpha1/mounts/edge/proxy/api/v1/namespaces/default/configmaps", strings.NewReader(`{}`)).WithContext(reqCtx)
+			h.ServeHTTP(rec, req)
+		}()
+		select {
+		case <-got:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: the agent got no request", method)
+		}
+		sessions.Close(key)
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: the request outlived its session", method)
+		}
+		var status metav1.Status
+		if err := json.Unmarshal(rec.Body.Bytes(), &status); err != nil {
+			t.Fatalf("%s: %v: %s", method, err, rec.Body)
+		}
+		if rec.Code != http.StatusBadGateway || !strings.Contains(status.Message, `mount "edge": the tunnel to the mount's target`) ||
+			!strings.Contains(status.Message, "was lost before the target answered") || strings.Contains(status.Message, "tunnel disconnect") {
+			t.Errorf("%s: %d %s", method, rec.Code, rec.Body)
+		}
+	}
+}

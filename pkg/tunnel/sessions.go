@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"runtime/debug"
@@ -346,7 +347,38 @@ func (s *Sessions) DialContext(ctx context.Context, key, address string) (net.Co
 		return nil, fmt.Errorf("dialing through the agent's tunnel: %w", err)
 	}
 	s.metrics.Dialed(label, DialOK, time.Since(start))
-	return s.metrics.CountBytes(label, conn), nil
+	return s.metrics.CountBytes(label, &sessionConn{Conn: conn, sess: sess}), nil
+}
+
+// sessionConn marks the failures of a connection whose session ended under it as ErrLost:
+// remotedialer fails such a connection with "tunnel disconnect", which the proxy would
+// otherwise take for its target's answer.
+type sessionConn struct {
+	net.Conn
+	sess *session
+}
+
+func (c *sessionConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	return n, c.lost(err)
+}
+
+func (c *sessionConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	return n, c.lost(err)
+}
+
+// lost says whether err ended the connection because its session ended. remotedialer fails
+// the session's connections before this package marks the session closed, so its own error
+// ("tunnel disconnect", a constant of v0.6.1) counts as well.
+func (c *sessionConn) lost(err error) error {
+	if err == nil || err == io.EOF || errors.Is(err, ErrLost) {
+		return err
+	}
+	if err.Error() == "tunnel disconnect" || c.sess.isClosed() {
+		return Lost(err)
+	}
+	return err
 }
 
 // Connected says whether this replica holds a session for key, and since when.

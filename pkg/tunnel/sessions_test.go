@@ -644,3 +644,85 @@ mount_tunnel_dials_total{mount="",result="ok"} 1
 		t.Errorf("after the mount was deleted: %v", err)
 	}
 }
+
+// TestConnectionsOfAnEndedSessionAreLost: a connection whose session ends under it fails with
+// ErrLost (remotedialer's own error would read as the target's answer to the proxy), whether
+// the hub ends the session or the agent goes away; one its target closes ends with io.EOF.
+func TestConnectionsOfAnEndedSessionAreLost(t *testing.T) {
+	held := make(chan net.Conn, 8)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held <- c
+		}
+	}()
+	h := newHub(t, nil, 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	url, err := agent.AttachURL(h.server.URL, "", h.mount.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := agent.New(&agent.Config{Hub: &rest.Config{Host: h.server.URL}, AttachURL: url, Mount: h.mount.Name, Target: ln.Addr().String(), MaxBackoff: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); _ = a.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-stopped })
+	waitFor(t, "the session", a.Connected)
+
+	dial := func() (net.Conn, net.Conn) {
+		t.Helper()
+		c, err := h.sessions.DialContext(context.Background(), h.key(), tunnel.AddressTarget)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		select {
+		case tc := <-held:
+			return c, tc
+		case <-time.After(30 * time.Second):
+			t.Fatal("the target got no connection")
+		}
+		return nil, nil
+	}
+	read := func(c net.Conn) error {
+		_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		_, err := c.Read(make([]byte, 1))
+		return err
+	}
+
+	c, tc := dial()
+	_ = tc.Close()
+	if err := read(c); err != io.EOF {
+		t.Errorf("closed by its target: %v, want io.EOF", err)
+	}
+
+	c, _ = dial()
+	since, _ := h.sessions.Connected(h.key())
+	h.sessions.Close(h.key())
+	if err := read(c); !errors.Is(err, tunnel.ErrLost) {
+		t.Errorf("the hub ended the session: %v, want ErrLost", err)
+	}
+	waitFor(t, "the agent back", func() bool { s, ok := h.sessions.Connected(h.key()); return ok && s.After(since) && a.Connected() })
+
+	c, _ = dial()
+	cancel()
+	<-stopped
+	if err := read(c); !errors.Is(err, tunnel.ErrLost) {
+		t.Errorf("the agent went away: %v, want ErrLost", err)
+	}
+	waitFor(t, "the session gone", func() bool { _, ok := h.sessions.Connected(h.key()); return !ok })
+	if _, err := c.Write([]byte("x")); !errors.Is(err, tunnel.ErrLost) {
+		t.Errorf("a write after the agent went away: %v, want ErrLost", err)
+	}
+}

@@ -3,6 +3,7 @@ package tunnel
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -24,6 +25,15 @@ const (
 
 // ErrNoSession is returned by a Dialer when no agent holds a session for the mount.
 var ErrNoSession = errors.New("no agent is connected")
+
+// ErrLost fails reads and writes of a connection through a tunnel whose path to the agent
+// ended under it: the agent's session ended (the agent went away or attached again), or the
+// hop to the replica holding the session broke. What the target did with a request sent
+// through it is unknown. A clean end of the connection stays io.EOF.
+var ErrLost = errors.New("the connection through the agent's tunnel was lost")
+
+// Lost marks err, a failure of a connection through a tunnel, as ErrLost, keeping err.
+func Lost(err error) error { return fmt.Errorf("%w: %w", ErrLost, err) }
 
 // Dialer opens connections through the session of a mount's agent, wherever it is held.
 type Dialer interface {

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -369,5 +370,23 @@ func (c *relayedConn) Read(p []byte) (int, error) {
 		}
 		c.r = nil
 	}
-	return c.Conn.Read(p)
+	n, err := c.Conn.Read(p)
+	return n, hopLost(err)
+}
+
+func (c *relayedConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	return n, hopLost(err)
+}
+
+// hopLost marks a failure of the hop's connection as tunnel.ErrLost: the owner reset it, went
+// silent (pkg/deadpeer, the watch of hung owners) or its machine went away. A clean end
+// (io.EOF: the owner ends its relay with a TLS close_notify, and so does a killed owner's
+// kernel's FIN at a record boundary, which Go's TLS cannot tell apart) and a deadline the
+// caller set stay what they are.
+func hopLost(err error) error {
+	if err == nil || err == io.EOF || errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, tunnel.ErrLost) {
+		return err
+	}
+	return tunnel.Lost(err)
 }

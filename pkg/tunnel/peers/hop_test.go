@@ -200,6 +200,9 @@ func TestHopsThroughAHungOwnerAreClosed(t *testing.T) {
 	if err == nil || errors.As(err, &ne) && ne.Timeout() {
 		t.Fatalf("a hop through a stopped owner: read %v after %v, want it closed", err, time.Since(stopped))
 	}
+	if !errors.Is(err, tunnel.ErrLost) {
+		t.Errorf("a hop through a stopped owner: read %v, want tunnel.ErrLost (the proxy then blames the tunnel, not the target)", err)
+	}
 	if took := time.Since(stopped); took > 2*time.Second {
 		t.Errorf("the hop was closed %v after the owner stopped, want within about 0.4 s", took)
 	}
