@@ -111,6 +111,29 @@ type mountReader struct {
 // get returns the Mount name. The Mount may be shared with the watch cache: read it, never
 // change it.
 func (r mountReader) get(ctx context.Context, name string) (*mounts.Mount, error) {
+	m, err := r.read(ctx, name)
+	return m, apiError(ctx, err)
+}
+
+// apiError keeps an API error and makes any other one an API error: etcd's client answers a
+// read whose caller went away (an agent that gave up on its attach) with the bare context
+// error, which the server would log as a programmer's error ("Unhandled Error ... not an
+// metav1.Status"), thousands of times in a reconnect storm. A read cut short by its request's
+// end is a timeout, anything else an internal error.
+func apiError(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := err.(apierrors.APIStatus); ok {
+		return err
+	}
+	if ctx.Err() != nil {
+		return apierrors.NewTimeoutError(fmt.Sprintf("the request ended before its Mount was read: %v", err), 0)
+	}
+	return apierrors.NewInternalError(fmt.Errorf("reading the Mount: %w", err))
+}
+
+func (r mountReader) read(ctx context.Context, name string) (*mounts.Mount, error) {
 	if r.fence == nil || r.fence.stale.Load() {
 		return r.quorum(ctx, name)
 	}
@@ -150,7 +173,7 @@ func (r mountReader) list(ctx context.Context, selector labels.Selector) ([]*mou
 	}
 	obj, err := r.store.List(ctx, opts)
 	if err != nil {
-		return nil, err
+		return nil, apiError(ctx, err)
 	}
 	list, ok := obj.(*mounts.MountList)
 	if !ok {

@@ -134,3 +134,37 @@ func etcdRequests(t *testing.T, operation string) float64 {
 	}
 	return 0
 }
+
+// TestConnectOfAGoneCallerIsAnAPIError: a connect whose caller went away (an agent that gave up
+// on its attach in a reconnect storm) fails with an API error, a timeout, not etcd's bare
+// context error, which the server logs as a programmer's error ("Unhandled Error ... not an
+// metav1.Status").
+func TestConnectOfAGoneCallerIsAnAPIError(t *testing.T) {
+	server, cfg := etcd3testing.NewUnsecuredEtcd3TestClientServer(t)
+	t.Cleanup(func() { server.Terminate(t) })
+	cfg.Codec = apiserver.Codecs.LegacyCodec(v1alpha1.SchemeGroupVersion)
+	cfg.EventsHistoryWindow = storagebackend.DefaultEventsHistoryWindow
+	storage, err := mountsregistry.NewStorage(apiserver.Scheme, cachedOptions{cfg}, mountsregistry.StorageOptions{
+		Proxy:  func(context.Context, *mounts.Mount, string) (http.Handler, error) { return http.NotFoundHandler(), nil },
+		Attach: func(context.Context, *mounts.Mount) (http.Handler, error) { return http.NotFoundHandler(), nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(storage.Mount.Destroy)
+	ctx, cancel := context.WithCancel(genericapirequest.WithNamespace(context.Background(), ""))
+	cancel()
+	for what, connect := range map[string]func() error{
+		"proxy": func() error {
+			_, err := storage.Proxy.Connect(ctx, "gone", &mounts.MountProxyOptions{}, nil)
+			return err
+		},
+		"attach": func() error { _, err := storage.Attach.Connect(ctx, "gone", nil, nil); return err },
+	} {
+		err := connect()
+		status, ok := err.(apierrors.APIStatus)
+		if !ok || status.Status().Code != http.StatusGatewayTimeout {
+			t.Errorf("%s of a caller gone: %#v, want a timeout Status", what, err)
+		}
+	}
+}
