@@ -3,6 +3,9 @@ package proxy
 import (
 	"context"
 	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -220,5 +223,71 @@ func TestTunnelLostUnderARequest(t *testing.T) {
 			!strings.Contains(status.Message, "was lost before the target answered") || strings.Contains(status.Message, "tunnel disconnect") {
 			t.Errorf("%s: %d %s", method, rec.Code, rec.Body)
 		}
+	}
+}
+
+// TestTunnelLostUnderAnHTTP2Request: the same with the server's credentials, HTTP/2 over TLS
+// end to end through the tunnel: the loss reaches the proxy through TLS and HTTP/2 as ErrLost.
+func TestTunnelLostUnderAnHTTP2Request(t *testing.T) {
+	got, release := make(chan string, 4), make(chan struct{})
+	target := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		got <- req.Proto
+		select {
+		case <-release:
+		case <-req.Context().Done():
+		}
+	}))
+	target.EnableHTTP2 = true
+	target.StartTLS()
+	t.Cleanup(target.Close)
+	t.Cleanup(func() { close(release) })
+	sessions := tunnel.NewSessions(nil, tunnel.Limits{})
+	t.Cleanup(sessions.CloseAll)
+	m := agentMount("edge", "uid-edge")
+	hub := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		sessions.Serve(w, req, tunnel.Mount{Cluster: clusters.DefaultCluster, Name: m.Name, UID: m.UID})
+	}))
+	t.Cleanup(hub.Close)
+	url, err := agent.AttachURL(hub.URL, "", m.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := agenttest.Run(t, &agent.Config{Hub: &rest.Config{Host: hub.URL}, AttachURL: url, Mount: m.Name, Target: target.Listener.Addr().String(), MaxBackoff: time.Second})
+	key := tunnel.SessionKey(clusters.DefaultCluster, m.UID)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, ok := sessions.Connected(key); ok && a.Connected() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the agent did not connect")
+		}
+	}
+	p := &Proxier{Transports: NewTransports(TransportOptions{}, nil), Tunnels: sessions}
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: target.Certificate().Raw})
+	tgt, err := p.Transports.newTargetVia(&rest.Config{Host: "https://example.com", TLSClientConfig: rest.TLSClientConfig{CAData: ca}}, nil, 5*time.Second, p.tunnelDialer(m.Name, key, tunnel.AddressTarget))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		resp, err := getWith(context.Background(), t, tgt, "/api")
+		if err == nil {
+			err = fmt.Errorf("answered %s %s", resp.Proto, resp.Status)
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	select {
+	case proto := <-got:
+		if proto != "HTTP/2.0" {
+			t.Errorf("the request reached the target over %s, want HTTP/2.0", proto)
+		}
+	case err := <-done:
+		t.Fatalf("no request reached the target: %v", err)
+	}
+	sessions.Close(key)
+	err = <-done
+	if s := statusForError("example.com", err); !errors.Is(err, tunnel.ErrLost) || s.Code != http.StatusBadGateway || !strings.Contains(s.Message, "was lost before the target answered") {
+		t.Errorf("HTTP/2 through a tunnel lost under it: %v -> %d %q", err, s.Code, s.Message)
 	}
 }
