@@ -58,29 +58,49 @@ func agentMount(name string, uid types.UID) *mounts.Mount {
 	}
 }
 
+// startTunnel runs a hub serving mount m's tunnel sessions and an agent attached to it,
+// with target and handler as its target and its own credential handler, and waits until both
+// ends hold the session.
+func startTunnel(t *testing.T, m *mounts.Mount, target string, handler http.Handler) (*tunnel.Sessions, string, *agent.Agent) {
+	t.Helper()
+	sessions := tunnel.NewSessions(nil, tunnel.Limits{})
+	t.Cleanup(sessions.CloseAll)
+	hub := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		sessions.Serve(w, req, tunnel.Mount{Cluster: clusters.DefaultCluster, Name: m.Name, UID: m.UID})
+	}))
+	t.Cleanup(hub.Close)
+	url, err := agent.AttachURL(hub.URL, "", m.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := agenttest.Run(t, &agent.Config{Hub: &rest.Config{Host: hub.URL}, AttachURL: url, Mount: m.Name, Target: target, AgentHandler: handler, MaxBackoff: time.Second})
+	key := tunnel.SessionKey(clusters.DefaultCluster, m.UID)
+	waitTunnel(t, sessions, key, a)
+	return sessions, key, a
+}
+
+// waitTunnel waits until the hub and the agent both hold the session of key, as after an
+// agent attached again.
+func waitTunnel(t *testing.T, sessions *tunnel.Sessions, key string, a *agent.Agent) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, ok := sessions.Connected(key); ok && a.Connected() {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the agent did not connect")
+		}
+	}
+}
+
 // TestAgentCredentialsTunnel: a mount with the agent's credentials sends plain HTTP through
 // the tunnel to the agent's own address with the caller's impersonation and nothing of the
 // caller's credentials; its probe impersonates the anonymous user; a mount without an agent
 // answers 503 with Retry-After naming the mount, for plain and upgrade requests alike.
 func TestAgentCredentialsTunnel(t *testing.T) {
-	sessions := tunnel.NewSessions(nil, tunnel.Limits{})
-	t.Cleanup(sessions.CloseAll)
 	m := agentMount("edge", "uid-edge")
-	hub := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		sessions.Serve(w, req, tunnel.Mount{Cluster: clusters.DefaultCluster, Name: m.Name, UID: m.UID})
-	}))
-	t.Cleanup(hub.Close)
 	recorder := &recordingAgent{}
-	url, err := agent.AttachURL(hub.URL, "", m.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := agenttest.Run(t, &agent.Config{Hub: &rest.Config{Host: hub.URL}, AttachURL: url, Mount: m.Name, Target: "127.0.0.1:1", AgentHandler: recorder, MaxBackoff: time.Second})
-	for deadline := time.Now().Add(30 * time.Second); !a.Connected(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the agent did not connect")
-		}
-	}
+	sessions, _, _ := startTunnel(t, m, "127.0.0.1:1", recorder)
 
 	p := &Proxier{Transports: NewTransports(TransportOptions{}, nil), Tunnels: sessions}
 	caller := &user.DefaultInfo{Name: "alice", Groups: []string{"team"}, UID: "alice-uid"}
@@ -158,13 +178,7 @@ func TestAgentCredentialsTunnel(t *testing.T) {
 // an error of its own, which read as a target that "did not answer as a Kubernetes API
 // server").
 func TestTunnelLostUnderARequest(t *testing.T) {
-	sessions := tunnel.NewSessions(nil, tunnel.Limits{})
-	t.Cleanup(sessions.CloseAll)
 	m := agentMount("edge", "uid-edge")
-	hub := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		sessions.Serve(w, req, tunnel.Mount{Cluster: clusters.DefaultCluster, Name: m.Name, UID: m.UID})
-	}))
-	t.Cleanup(hub.Close)
 	got, release := make(chan struct{}, 4), make(chan struct{})
 	t.Cleanup(func() { close(release) })
 	// The agent's handler takes the request and answers only when the test ends.
@@ -175,22 +189,10 @@ func TestTunnelLostUnderARequest(t *testing.T) {
 		case <-req.Context().Done():
 		}
 	})
-	url, err := agent.AttachURL(hub.URL, "", m.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := agenttest.Run(t, &agent.Config{Hub: &rest.Config{Host: hub.URL}, AttachURL: url, Mount: m.Name, Target: "127.0.0.1:1", AgentHandler: slow, MaxBackoff: time.Second})
-	key := tunnel.SessionKey(clusters.DefaultCluster, m.UID)
+	sessions, key, a := startTunnel(t, m, "127.0.0.1:1", slow)
 	reqCtx := genericapirequest.WithUser(context.Background(), &user.DefaultInfo{Name: "alice"})
 	for _, method := range []string{http.MethodGet, http.MethodPost} {
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-			if _, ok := sessions.Connected(key); ok && a.Connected() {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("the agent did not connect")
-			}
-		}
+		waitTunnel(t, sessions, key, a)
 		// A new Proxier: the request's connection is its first, which net/http does not retry.
 		p := &Proxier{Transports: NewTransports(TransportOptions{}, nil), Tunnels: sessions}
 		h, err := p.Handler(reqCtx, m, "/api/v1/namespaces/default/configmaps")
@@ -241,30 +243,10 @@ func TestTunnelLostUnderAnHTTP2Request(t *testing.T) {
 	target.StartTLS()
 	t.Cleanup(target.Close)
 	t.Cleanup(func() { close(release) })
-	sessions := tunnel.NewSessions(nil, tunnel.Limits{})
-	t.Cleanup(sessions.CloseAll)
-	m := agentMount("edge", "uid-edge")
-	hub := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		sessions.Serve(w, req, tunnel.Mount{Cluster: clusters.DefaultCluster, Name: m.Name, UID: m.UID})
-	}))
-	t.Cleanup(hub.Close)
-	url, err := agent.AttachURL(hub.URL, "", m.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := agenttest.Run(t, &agent.Config{Hub: &rest.Config{Host: hub.URL}, AttachURL: url, Mount: m.Name, Target: target.Listener.Addr().String(), MaxBackoff: time.Second})
-	key := tunnel.SessionKey(clusters.DefaultCluster, m.UID)
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if _, ok := sessions.Connected(key); ok && a.Connected() {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the agent did not connect")
-		}
-	}
+	sessions, key, _ := startTunnel(t, agentMount("edge", "uid-edge"), target.Listener.Addr().String(), nil)
 	p := &Proxier{Transports: NewTransports(TransportOptions{}, nil), Tunnels: sessions}
 	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: target.Certificate().Raw})
-	tgt, err := p.Transports.newTargetVia(&rest.Config{Host: "https://example.com", TLSClientConfig: rest.TLSClientConfig{CAData: ca}}, nil, 5*time.Second, p.tunnelDialer(m.Name, key, tunnel.AddressTarget))
+	tgt, err := p.Transports.newTargetVia(&rest.Config{Host: "https://example.com", TLSClientConfig: rest.TLSClientConfig{CAData: ca}}, nil, 5*time.Second, p.tunnelDialer("edge", key, tunnel.AddressTarget))
 	if err != nil {
 		t.Fatal(err)
 	}
