@@ -370,7 +370,9 @@ func (c *sessionConn) Write(b []byte) (int, error) {
 
 // lost says whether err ended the connection because its session ended. remotedialer fails
 // the session's connections before this package marks the session closed, so its own error
-// ("tunnel disconnect", a constant of v0.6.1) counts as well.
+// ("tunnel disconnect", a constant of v0.6.1) counts as well. An agent may send that text as
+// a connection's error itself: it then picks one fixed 502 message over another for its own
+// mount's callers, which it could as well by ending its session.
 func (c *sessionConn) lost(err error) error {
 	if err == nil || err == io.EOF || errors.Is(err, ErrLost) {
 		return err

@@ -665,19 +665,11 @@ func TestConnectionsOfAnEndedSessionAreLost(t *testing.T) {
 		}
 	}()
 	h := newHub(t, nil, 0)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
 	url, err := agent.AttachURL(h.server.URL, "", h.mount.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := agent.New(&agent.Config{Hub: &rest.Config{Host: h.server.URL}, AttachURL: url, Mount: h.mount.Name, Target: ln.Addr().String(), MaxBackoff: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopped := make(chan struct{})
-	go func() { defer close(stopped); _ = a.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-stopped })
+	a, stop := agenttest.Start(t, &agent.Config{Hub: &rest.Config{Host: h.server.URL}, AttachURL: url, Mount: h.mount.Name, Target: ln.Addr().String(), MaxBackoff: time.Second})
 	waitFor(t, "the session", a.Connected)
 
 	dial := func() (net.Conn, net.Conn) {
@@ -716,8 +708,7 @@ func TestConnectionsOfAnEndedSessionAreLost(t *testing.T) {
 	waitFor(t, "the agent back", func() bool { s, ok := h.sessions.Connected(h.key()); return ok && s.After(since) && a.Connected() })
 
 	c, _ = dial()
-	cancel()
-	<-stopped
+	stop()
 	if err := read(c); !errors.Is(err, tunnel.ErrLost) {
 		t.Errorf("the agent went away: %v, want ErrLost", err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/kcp-dev/mount-apiserver/pkg/clusters"
 	"github.com/kcp-dev/mount-apiserver/pkg/tunnel"
 	"github.com/kcp-dev/mount-apiserver/pkg/tunnel/agent"
+	"github.com/kcp-dev/mount-apiserver/pkg/tunnel/agent/agenttest"
 )
 
 // BenchmarkTunnelThroughput: bodies of 16 MiB from a target behind a real agent, read by the
@@ -93,14 +94,7 @@ func benchSession(b *testing.B, target string, agentHandler http.Handler) (*tunn
 	}))
 	b.Cleanup(hubServer.Close)
 	url, _ := agent.AttachURL(hubServer.URL, "", "edge")
-	a, err := agent.New(&agent.Config{Hub: &rest.Config{Host: hubServer.URL}, AttachURL: url, Mount: "edge", Target: target, MaxBackoff: time.Second, AgentHandler: agentHandler})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = a.Run(ctx) }()
-	b.Cleanup(func() { cancel(); <-done })
+	a := agenttest.Run(b, &agent.Config{Hub: &rest.Config{Host: hubServer.URL}, AttachURL: url, Mount: "edge", Target: target, MaxBackoff: time.Second, AgentHandler: agentHandler})
 	key := tunnel.SessionKey(clusters.DefaultCluster, m.UID)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		if _, ok := sessions.Connected(key); ok && a.Connected() {
