@@ -222,9 +222,14 @@ func (a *Agent) connectOnce(ctx context.Context) (bool, error) {
 // watchSilence ends the session when the hub has not answered the agent's pings for
 // SilenceTimeout: the read that waits for the hub's next frame fails, and Serve with it.
 // NewClientSessionWithDialer has just set remotedialer's handlers, which allow 60 s; the
-// pong handler set here replaces its own, keeping its write deadline. A hub that vanished
-// without resetting the connection (its node lost, the process stopped) is left within
-// SilenceTimeout instead of a minute; a hub that answers is never left.
+// pong handler set here replaces its own. A hub that vanished without resetting the
+// connection (its node lost, the process stopped) is left within SilenceTimeout instead of a
+// minute; a hub that answers is never left.
+//
+// Unlike remotedialer's, the handler sets no write deadline: it runs on the reading goroutine
+// while the session's writers use the WebSocket, and gorilla's deadline is not guarded (a
+// data race under -race). None is needed: a hub that stops reading stops answering pings
+// too, and the silence closes the connection, which fails every write held up on it.
 func (a *Agent) watchSilence(ws *websocket.Conn) {
 	silence := a.cfg.SilenceTimeout
 	if silence <= 0 {
@@ -232,10 +237,7 @@ func (a *Agent) watchSilence(ws *websocket.Conn) {
 	}
 	_ = ws.SetReadDeadline(time.Now().Add(silence))
 	ws.SetPongHandler(func(string) error {
-		if err := ws.SetReadDeadline(time.Now().Add(silence)); err != nil {
-			return err
-		}
-		return ws.SetWriteDeadline(time.Now().Add(remotedialer.PingWaitDuration))
+		return ws.SetReadDeadline(time.Now().Add(silence))
 	})
 }
 

@@ -672,6 +672,19 @@ func (b *bench) stormRestart(ctx context.Context, n int) error {
 	fmt.Printf("host API calls from the kill to recovery (%v): %s\n", recovered.Round(time.Second), rates(before, after, recovered))
 	fmt.Println(cpuShares(procs0, processCPU(), b.processKind, started1-started0, "session started"))
 	fmt.Print(logSummary(h.logPath, logOffset))
+	if b.c.profiles != "" {
+		// The new process's allocations since it started are the storm's: what its collector
+		// worked through.
+		client, err := rest.HTTPClientFor(h.config(b.admin))
+		if err != nil {
+			return err
+		}
+		path := filepath.Join(b.c.profiles, fmt.Sprintf("allocs-storm-%d.pprof", n))
+		if err := fetchProfile(client, h.url()+"/debug/pprof/allocs", path); err != nil {
+			return fmt.Errorf("profiling the restarted replica: %w", err)
+		}
+		fmt.Printf("the restarted replica's allocations since it started: %s\n", path)
+	}
 	return nil
 }
 
