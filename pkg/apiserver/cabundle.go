@@ -84,6 +84,16 @@ func excerpt(s string) string {
 	return line
 }
 
+// caBundleBody is what the caBundle check reads of a Mount or a patch of one.
+type caBundleBody struct {
+	Metadata struct {
+		Name string `json:"name"`
+	} `json:"metadata"`
+	Spec struct {
+		CABundle any `json:"caBundle"`
+	} `json:"spec"`
+}
+
 // caBundleNotBase64In returns a spec.caBundle that a request body of the content type sets to
 // a string that is no base64, the Mount's name if the body has one, and whether it found such
 // a caBundle. Bodies it cannot read (protobuf, CBOR, malformed ones) it leaves to the decoders.
@@ -96,21 +106,17 @@ func caBundleNotBase64In(contentType string, body []byte) (string, string, bool)
 	var name string
 	switch mediaType {
 	case "application/json", "application/yaml", string(types.MergePatchType), string(types.StrategicMergePatchType), string(types.ApplyYAMLPatchType):
-		var obj struct {
-			Metadata struct {
-				Name string `json:"name"`
-			} `json:"metadata"`
-			Spec struct {
-				CABundle any `json:"caBundle"`
-			} `json:"spec"`
-		}
 		// JSON as the handler's decoder reads it (case-sensitive keys, the last of duplicates),
 		// decoding only the two fields: every Mount status write passes here, and reading its
 		// body as YAML (a superset of JSON) was a sixth of what a replica allocated in a
 		// reconnect storm. Only a YAML body that is no JSON is read as YAML.
+		var obj caBundleBody
 		if err := sigsjson.UnmarshalCaseSensitivePreserveInts(body, &obj); err != nil {
-			isJSON := mediaType != "application/yaml" && mediaType != string(types.ApplyYAMLPatchType)
-			if isJSON || yaml.Unmarshal(body, &obj) != nil {
+			if mediaType != "application/yaml" && mediaType != string(types.ApplyYAMLPatchType) {
+				return "", "", false
+			}
+			obj = caBundleBody{} // nothing of what the JSON decoder read before it failed
+			if yaml.Unmarshal(body, &obj) != nil {
 				return "", "", false
 			}
 		}
