@@ -273,3 +273,32 @@ func TestTunnelLostUnderAnHTTP2Request(t *testing.T) {
 		t.Errorf("HTTP/2 through a tunnel lost under it: %v -> %d %q", err, s.Code, s.Message)
 	}
 }
+
+// TestTunnelTargetUnreachable: an agent that cannot connect to its target sends the hub
+// nothing but its dial error's text; the proxy still says what failed, as for a target it
+// dials itself: unreachable (503) when nothing listens there, not that the target "did not
+// answer as a Kubernetes API server", which sent users to look at a healthy target's
+// certificates and TLS.
+func TestTunnelTargetUnreachable(t *testing.T) {
+	closed, _ := acceptCounter(t)
+	address := closed.Addr().String()
+	closed.Close()
+	sessions, key, _ := startTunnel(t, agentMount("edge", "uid-edge"), address, nil)
+	p := &Proxier{Transports: NewTransports(TransportOptions{}, nil), Tunnels: sessions}
+	tgt, err := p.Transports.newTargetVia(&rest.Config{Host: "https://example.com"}, nil, 5*time.Second, p.tunnelDialer("edge", key, tunnel.AddressTarget))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := getWith(context.Background(), t, tgt, "/api")
+	if err == nil {
+		resp.Body.Close()
+		t.Fatalf("a target nobody listens at answered %s", resp.Status)
+	}
+	s := statusForError("example.com", err)
+	if s.Code != http.StatusServiceUnavailable || s.Message != "cannot connect to the mount's target example.com: it is unreachable" {
+		t.Errorf("through an agent whose target refuses connections: %v -> %d %q", err, s.Code, s.Message)
+	}
+	if strings.Contains(s.Message, address) {
+		t.Errorf("the Status names the agent's own address of the target: %q", s.Message)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rancher/remotedialer"
@@ -352,27 +353,46 @@ func (s *Sessions) DialContext(ctx context.Context, key, address string) (net.Co
 
 // sessionConn marks the failures of a connection whose session ended under it as ErrLost:
 // remotedialer fails such a connection with "tunnel disconnect", which the proxy would
-// otherwise take for its target's answer.
+// otherwise take for its target's answer. It also says why the agent could not connect to
+// its target (fromAgent).
 type sessionConn struct {
 	net.Conn
 	sess *session
+	// used is set once a byte went either way.
+	used atomic.Bool
 }
 
 func (c *sessionConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
+	if n > 0 {
+		c.used.Store(true)
+	}
 	return n, c.lost(err)
 }
 
 func (c *sessionConn) Write(b []byte) (int, error) {
 	n, err := c.Conn.Write(b)
+	if n > 0 {
+		c.used.Store(true)
+	}
+	if err == io.ErrClosedPipe && !c.used.Load() {
+		// remotedialer fails writes to a connection the agent closed with io.ErrClosedPipe,
+		// and keeps the agent's reason (its failed dial of the target, say) for reads, which
+		// return it at once: a connection that never carried a byte has nothing else to read.
+		// The first write of a connection whose dial failed comes here, a TLS ClientHello.
+		if _, why := c.Conn.Read(make([]byte, 1)); why != nil && why != io.EOF {
+			err = why
+		}
+	}
 	return n, c.lost(err)
 }
 
-// lost says whether err ended the connection because its session ended. remotedialer fails
-// the session's connections before this package marks the session closed, so its own error
-// ("tunnel disconnect", a constant of v0.6.1) counts as well. An agent may send that text as
-// a connection's error itself: it then picks one fixed 502 message over another for its own
-// mount's callers, which it could as well by ending its session.
+// lost marks err as ErrLost when it ended the connection because its session ended, and
+// otherwise names the failure of the agent's dial it stands for (fromAgent). remotedialer
+// fails the session's connections before this package marks the session closed, so its own
+// error ("tunnel disconnect", a constant of v0.6.1) counts as well. An agent may send that
+// text as a connection's error itself: it then picks one fixed 502 message over another for
+// its own mount's callers, which it could as well by ending its session.
 func (c *sessionConn) lost(err error) error {
 	if err == nil || err == io.EOF || errors.Is(err, ErrLost) {
 		return err
@@ -380,7 +400,7 @@ func (c *sessionConn) lost(err error) error {
 	if err.Error() == "tunnel disconnect" || c.sess.isClosed() {
 		return Lost(err)
 	}
-	return err
+	return fromAgent(err)
 }
 
 // Connected says whether this replica holds a session for key, and since when.
