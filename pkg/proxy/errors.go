@@ -45,18 +45,28 @@ const ReasonLoopDetected metav1.StatusReason = "LoopDetected"
 // reaches. The root cause goes to the server's log. Codes: 403 when the target policy
 // refuses the target, 504 for timeouts, 503 when nothing accepts the connection or no route
 // leads to the target, 502 for other dial, TLS and protocol failures, among them a tunnel
-// lost under the request (tunnel.ErrLost) and a target that accepted the connection and cut
-// it (a reset then depends on whether the target had read all the request when it closed: it
-// is no sign of an absent target). Messages name the target's address as the mount names it,
-// never credentials.
+// lost under the request (tunnel.ErrLost), an agent that could not connect to its target
+// (tunnel.TargetDialError), and a target that accepted the connection and cut it (a reset
+// then depends on whether the target had read all the request when it closed: it is no sign
+// of an absent target). Messages name the target's address as the mount names it, never
+// credentials.
 func statusForError(target string, err error) *metav1.Status {
 	var policyErr *targetpolicy.Error
 	var netErr net.Error
+	var agentDialErr *tunnel.TargetDialError
 	switch {
 	case errors.As(err, &policyErr):
 		return newStatus(http.StatusForbidden, metav1.StatusReasonForbidden, policyErr.Error())
 	case errors.Is(err, tunnel.ErrLost):
 		return newStatus(http.StatusBadGateway, ReasonBadGateway, fmt.Sprintf("the tunnel to the mount's target %s was lost before the target answered: the agent's session ended (the agent went away or attached again) or the replica holding it went away; what the target did with the request is unknown", target))
+	case errors.As(err, &agentDialErr):
+		// The agent is there and its own connection to the target failed: the 502 of the
+		// agent that adds its own credentials (pkg/tunnel/agent), not the 503 of no agent.
+		message := fmt.Sprintf("the agent could not reach the mount's target %s", target)
+		if reason := agentDialErr.Reason(); reason != "" {
+			message += ": " + reason
+		}
+		return newStatus(http.StatusBadGateway, ReasonBadGateway, message)
 	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &netErr) && netErr.Timeout():
 		return newStatus(http.StatusGatewayTimeout, metav1.StatusReasonTimeout, fmt.Sprintf("timed out reaching the mount's target %s", target))
 	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):

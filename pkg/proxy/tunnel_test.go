@@ -275,10 +275,10 @@ func TestTunnelLostUnderAnHTTP2Request(t *testing.T) {
 }
 
 // TestTunnelTargetUnreachable: an agent that cannot connect to its target sends the hub
-// nothing but its dial error's text; the proxy still says what failed, as for a target it
-// dials itself: unreachable (503) when nothing listens there, not that the target "did not
-// answer as a Kubernetes API server", which sent users to look at a healthy target's
-// certificates and TLS.
+// nothing but its dial error's text; the proxy still says what failed: the agent could not
+// reach the target, which is unreachable (502, as the agent that adds its own credentials
+// answers), not that the target "did not answer as a Kubernetes API server", which sent users
+// to look at a healthy target's certificates and TLS.
 func TestTunnelTargetUnreachable(t *testing.T) {
 	closed, _ := acceptCounter(t)
 	address := closed.Addr().String()
@@ -295,7 +295,7 @@ func TestTunnelTargetUnreachable(t *testing.T) {
 		t.Fatalf("a target nobody listens at answered %s", resp.Status)
 	}
 	s := statusForError("example.com", err)
-	if s.Code != http.StatusServiceUnavailable || s.Message != "cannot connect to the mount's target example.com: it is unreachable" {
+	if s.Code != http.StatusBadGateway || s.Message != "the agent could not reach the mount's target example.com: it is unreachable" {
 		t.Errorf("through an agent whose target refuses connections: %v -> %d %q", err, s.Code, s.Message)
 	}
 	if strings.Contains(s.Message, address) {
