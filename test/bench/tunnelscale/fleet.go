@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
@@ -193,6 +194,77 @@ func (f *fleet) readiness(ctx context.Context, since time.Time) (ready int, byRe
 		}
 		if list.Continue == "" {
 			return ready, byReplica, nil
+		}
+		opts.Continue = list.Continue
+	}
+}
+
+// waitReady watches the Mounts until n of them are Ready with an agent reported connected at
+// or after since, and returns how long after since that was; an error when ctx ends first.
+// It watches from when it is called, so that what a storm's Mounts say is timed while the
+// bench's GETs run, not after them; a watch, not a list every second: listing 10,000 Mounts
+// loads the replica being measured. A watch that fails (the replica not serving yet, say) is
+// listed and watched again.
+func (f *fleet) waitReady(ctx context.Context, since time.Time, n int) (time.Duration, error) {
+	cutoff := since.Truncate(time.Second) // condition times have seconds
+	isReady := func(m *v1alpha1.Mount) bool {
+		c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.ConditionAgentConnected)
+		return c != nil && c.Status == metav1.ConditionTrue && !c.LastTransitionTime.Time.Before(cutoff) &&
+			m.Status.Phase == v1alpha1.MountPhaseReady
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		ready := map[string]bool{}
+		set := func(m *v1alpha1.Mount, gone bool) {
+			if r := !gone && isReady(m); r {
+				ready[m.Name] = true
+			} else {
+				delete(ready, m.Name)
+			}
+		}
+		rv, err := f.listInto(ctx, func(m *v1alpha1.Mount) { set(m, false) })
+		if err != nil {
+			time.Sleep(time.Second)
+			continue
+		}
+		if len(ready) >= n {
+			return time.Since(since), nil
+		}
+		w, err := f.mounts.MountsV1alpha1().Mounts().Watch(ctx, metav1.ListOptions{ResourceVersion: rv})
+		if err != nil {
+			time.Sleep(time.Second)
+			continue
+		}
+		for e := range w.ResultChan() {
+			m, ok := e.Object.(*v1alpha1.Mount)
+			if !ok {
+				break // an ERROR event: list and watch again
+			}
+			set(m, e.Type == watch.Deleted)
+			if len(ready) >= n {
+				w.Stop()
+				return time.Since(since), nil
+			}
+		}
+		w.Stop()
+	}
+}
+
+// listInto lists every Mount in pages into fn and returns the list's resource version.
+func (f *fleet) listInto(ctx context.Context, fn func(*v1alpha1.Mount)) (string, error) {
+	opts := metav1.ListOptions{Limit: 1000}
+	for {
+		list, err := f.mounts.MountsV1alpha1().Mounts().List(ctx, opts)
+		if err != nil {
+			return "", err
+		}
+		for i := range list.Items {
+			fn(&list.Items[i])
+		}
+		if list.Continue == "" {
+			return list.ResourceVersion, nil
 		}
 		opts.Continue = list.Continue
 	}
