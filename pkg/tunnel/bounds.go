@@ -379,7 +379,12 @@ type guardedConn struct {
 // hand to the WebSocket upgrader.
 func guard(conn net.Conn, rw *bufio.ReadWriter, f *flow) (*guardedConn, *bufio.ReadWriter) {
 	g := &guardedConn{Conn: conn, ahead: rw.Reader, flow: f}
-	g.in = frameParser{masked: true, maxMessage: MaxMessage, handler: agentMessages{flow: f}}
+	// The agents' lists of their connections (SyncConnections, every minute) are ignored: the
+	// hub closes every connection of the session missing from one, also one it opened a moment
+	// before that the agent had not yet seen ("sync from client", rancher/remotedialer#150), a
+	// request failed for nothing, some in every reconnect storm. On a WebSocket, which loses
+	// no message, an agent's connection ends with the Error it sends, or with the session.
+	g.in = frameParser{masked: true, maxMessage: MaxMessage, handler: agentMessages{flow: f}, ignoreSync: true}
 	g.out = frameParser{handler: hubMessages{flow: f}}
 	// gorilla reads frames through a hijacked reader of more than 256 bytes, else through one
 	// of 4 KiB of its own; either way it reads g. The reader lives as long as the session, and

@@ -331,6 +331,39 @@ func TestAgentMessagesOutsideItsRole(t *testing.T) {
 	}
 }
 
+// TestAgentConnectionListsAreIgnored: an agent's list of its connections (SyncConnections,
+// every minute) that misses a connection the hub opened a moment before, because the agent
+// wrote the list before it read the hub's Connect, does not close that connection. Without the
+// guard remotedialer closed it ("sync from client"), failing a proxied request for nothing.
+func TestAgentConnectionListsAreIgnored(t *testing.T) {
+	h, registry := newBoundedHub(t, tunnel.Limits{})
+	a := attachHostile(t, h)
+	conn, err := h.sessions.DialContext(context.Background(), h.key(), tunnel.AddressTarget)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	id := a.connect(t, 1)
+	// The list the agent wrote before the Connect reached it: no connection.
+	if err := a.send(0, typeSync, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.send(id, typeData, []byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got := make([]byte, 5)
+	if _, err := io.ReadFull(conn, got); err != nil || string(got) != "hello" {
+		t.Fatalf("read %q, %v; want the agent's hello", got, err)
+	}
+	if _, ok := h.sessions.Connected(h.key()); !ok || a.isClosed() {
+		t.Fatal("the session was closed")
+	}
+	if got := counter(t, registry, "mount_tunnel_session_violations_total", ""); got != "0" {
+		t.Errorf("violations: %s", got)
+	}
+}
+
 // TestHonestAgentStaysWithinBounds: the real agent (remotedialer's client, which honours
 // Pause) sends two bodies of four times the connection's bound at once to a proxy that reads
 // them slowly, with the default bounds: no violation, every byte arrives. (Bounds of 5 MiB

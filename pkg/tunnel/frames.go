@@ -19,6 +19,9 @@ const (
 	msgSyncConnections int64 = 8
 )
 
+// syncTypeByte is SyncConnections' type as remotedialer writes it: the zigzag varint of 8.
+const syncTypeByte = 0x10
+
 // msgTypeName names a message type in errors and logs.
 func msgTypeName(t int64) string {
 	switch t {
@@ -57,14 +60,19 @@ var errFraming = errors.New("broken WebSocket framing")
 
 // frameParser follows the WebSocket frames (RFC 6455 section 5.2) of one direction of a
 // connection as its bytes pass, and the remotedialer header at the start of each message,
-// without changing or keeping the bytes: it tells a messageHandler, and bounds the size of a
-// message as gorilla's SetReadLimit would (remotedialer reads with gorilla's defaults, no limit).
+// without keeping the bytes: it tells a messageHandler, and bounds the size of a message as
+// gorilla's SetReadLimit would (remotedialer reads with gorilla's defaults, no limit). It
+// changes one byte only, the type of a message it is told to ignore (ignoreSync).
 type frameParser struct {
 	// masked: frames of this direction are masked (client to server) and must be.
 	masked bool
 	// maxMessage bounds a message's payload; 0 does not.
 	maxMessage int64
 	handler    messageHandler
+	// ignoreSync makes every SyncConnections message one of type 0, which remotedialer reads
+	// and ignores (its serveMessage has no case for it), by rewriting the type in place. See
+	// agentMessages for why the hub ignores them.
+	ignoreSync bool
 
 	// The frame header being read (at most 14 bytes), then the frame's payload.
 	head      [14]byte
@@ -237,6 +245,12 @@ func (f *frameParser) payload(p []byte) error {
 			f.rdDone = true
 			if err := f.handler.header(f.msgType, f.connID); err != nil {
 				return err
+			}
+			if f.ignoreSync && f.msgType == msgSyncConnections && b == syncTypeByte {
+				// The header's last byte is the type's only byte, in p: XOR with the
+				// unmasked byte leaves the masked 0 (zigzag 0 is 0x00). Types written
+				// in more bytes than needed pass as they are; remotedialer writes one.
+				p[i-1] ^= syncTypeByte
 			}
 		}
 	}

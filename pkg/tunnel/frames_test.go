@@ -162,6 +162,53 @@ func TestFrameParserFollowsGorillaServer(t *testing.T) {
 	}
 }
 
+// TestFrameParserIgnoresSync: with ignoreSync, every SyncConnections message leaves the
+// parser as a message of type 0 whatever the split of the stream, and no other byte changes.
+func TestFrameParserIgnoresSync(t *testing.T) {
+	ids := binary.LittleEndian.AppendUint64(nil, 3)
+	stream := clientFrames(t, func(ws *websocket.Conn) {
+		for _, m := range [][]byte{
+			rdMessage(0, msgSyncConnections, ids),
+			rdMessage(8, msgData, []byte{0x10, 0x10}),
+			rdMessage(0, msgSyncConnections, nil),
+			rdMessage(16, msgError, []byte("EOF")),
+		} {
+			if err := ws.WriteMessage(websocket.BinaryMessage, m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	for _, split := range []int{1, 2, 5, 100, len(stream)} {
+		p := frameParser{masked: true, maxMessage: MaxMessage, handler: &seen{bodies: map[int64]int{}}, ignoreSync: true}
+		out := bytes.Clone(stream)
+		for rest := out; len(rest) > 0; {
+			n := min(len(rest), 1+rand.IntN(split))
+			if err := p.feed(rest[:n]); err != nil {
+				t.Fatalf("split %d: %v", split, err)
+			}
+			rest = rest[n:]
+		}
+		// The rewritten stream parsed again: the Syncs are messages of type 0, and no other
+		// byte changed.
+		s := &seen{bodies: map[int64]int{}}
+		if err := (&frameParser{masked: true, maxMessage: MaxMessage, handler: s}).feed(out); err != nil {
+			t.Fatalf("split %d: the rewritten stream: %v", split, err)
+		}
+		if fmt.Sprint(s.headers) != "[0/0 Data/8 0/0 Error/16]" || s.bodies[8] != 2 {
+			t.Errorf("split %d: headers %v, bodies %v", split, s.headers, s.bodies)
+		}
+		changed := 0
+		for i := range out {
+			if out[i] != stream[i] {
+				changed++
+			}
+		}
+		if changed != 2 {
+			t.Errorf("split %d: %d bytes changed, want the 2 types", split, changed)
+		}
+	}
+}
+
 // TestFrameParserRefuses: what no remotedialer client sends ends the parse.
 func TestFrameParserRefuses(t *testing.T) {
 	for name, write := range map[string]func(*websocket.Conn) error{

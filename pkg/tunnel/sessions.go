@@ -364,17 +364,13 @@ type sessionConn struct {
 
 func (c *sessionConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
-	if n > 0 {
-		c.used.Store(true)
-	}
+	c.markUsed(n)
 	return n, c.lost(err)
 }
 
 func (c *sessionConn) Write(b []byte) (int, error) {
 	n, err := c.Conn.Write(b)
-	if n > 0 {
-		c.used.Store(true)
-	}
+	c.markUsed(n)
 	if err == io.ErrClosedPipe && !c.used.Load() {
 		// remotedialer fails writes to a connection the agent closed with io.ErrClosedPipe,
 		// and keeps the agent's reason (its failed dial of the target, say) for reads, which
@@ -385,6 +381,14 @@ func (c *sessionConn) Write(b []byte) (int, error) {
 		}
 	}
 	return n, c.lost(err)
+}
+
+// markUsed notes that n bytes went. Only the first store matters: loading first keeps the
+// reading and the writing goroutine from writing the same cache line on every call.
+func (c *sessionConn) markUsed(n int) {
+	if n > 0 && !c.used.Load() {
+		c.used.Store(true)
+	}
 }
 
 // lost marks err as ErrLost when it ended the connection because its session ended, and

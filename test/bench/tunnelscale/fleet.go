@@ -226,7 +226,7 @@ func (f *fleet) waitReady(ctx context.Context, since time.Time, n int) (time.Dur
 		}
 		rv, err := f.listInto(ctx, func(m *v1alpha1.Mount) { set(m, false) })
 		if err != nil {
-			time.Sleep(time.Second)
+			pause(ctx, time.Second)
 			continue
 		}
 		if len(ready) >= n {
@@ -234,7 +234,7 @@ func (f *fleet) waitReady(ctx context.Context, since time.Time, n int) (time.Dur
 		}
 		w, err := f.mounts.MountsV1alpha1().Mounts().Watch(ctx, metav1.ListOptions{ResourceVersion: rv})
 		if err != nil {
-			time.Sleep(time.Second)
+			pause(ctx, time.Second)
 			continue
 		}
 		for e := range w.ResultChan() {
@@ -249,6 +249,16 @@ func (f *fleet) waitReady(ctx context.Context, since time.Time, n int) (time.Dur
 			}
 		}
 		w.Stop()
+	}
+}
+
+// pause waits d or until ctx ends.
+func pause(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
 	}
 }
 
