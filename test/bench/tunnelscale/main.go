@@ -110,7 +110,7 @@ func main() {
 	flag.Float64Var(&c.ramp, "ramp", 0, "new agents started per second at each number of sessions, as a fleet rolls out (0: all at once, an attach storm: 9,000 at once overloaded this machine's host, whose timed-out re-checks then closed sessions)")
 	flag.BoolVar(&c.agentBindings, "agent-bindings", false, "give each agent a ClusterRole and a binding of its own on the host (resourceNames: its Mount), instead of one binding for the agents' namespace and each Mount naming its agent (spec.tunnel.agentUser); the host's RBAC walks every binding on every request")
 	flag.IntVar(&c.agentsNice, "agents-nice", 0, "niceness of the simulators of the agents past the first number of sessions (e.g. 19: a fleet's agents do not share the hub's cores; the timed tunnel's agent keeps a simulator of normal priority)")
-	flag.StringVar(&c.profiles, "profiles", "", "directory to write profiles of each replica to: CPU and allocations over each idle window, heap at its end (cpu-<sessions>-<replica>.pprof, allocs-..., heap-...; go tool pprof -top reads them)")
+	flag.StringVar(&c.profiles, "profiles", "", "directory to write profiles of each replica to: CPU and allocations over each idle window, heap at its end (cpu-<sessions>-<replica>.pprof, allocs-..., heap-...; go tool pprof -top reads them); in a storm the restarted replica's CPU over the first window after its restart (cpu-storm-<sessions>.pprof) and its allocations since (allocs-storm-<sessions>.pprof)")
 	flag.Parse()
 	for _, s := range strings.Split(*levels, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -611,6 +611,7 @@ func (b *bench) stormRestart(ctx context.Context, n int) error {
 	}
 	readyAt := time.Since(killed)
 	fmt.Printf("mount-apiserver ready again %v after the kill\n", readyAt.Round(100*time.Millisecond))
+	stormProfile := b.stormCPUProfile(h, n)
 	// The Mounts are watched from now on: when every one is Ready with its agent back is timed
 	// as it happens, while the GETs below run.
 	type watched struct {
@@ -681,6 +682,9 @@ func (b *bench) stormRestart(ctx context.Context, n int) error {
 	fmt.Printf("host API calls from the kill to recovery (%v): %s\n", recovered.Round(time.Second), rates(before, after, recovered))
 	fmt.Println(cpuShares(procs0, processCPU(), b.processKind, started1-started0, "session started"))
 	fmt.Print(logSummary(h.logPath, logOffset))
+	if err := stormProfile(); err != nil {
+		return err
+	}
 	if b.c.profiles != "" {
 		// The new process's allocations since it started are the storm's: what its collector
 		// worked through.
@@ -695,6 +699,30 @@ func (b *bench) stormRestart(ctx context.Context, n int) error {
 		fmt.Printf("the restarted replica's allocations since it started: %s\n", path)
 	}
 	return nil
+}
+
+// stormCPUProfile starts a CPU profile of the restarted replica over the first window after
+// its restart (cpu-storm-<n>.pprof), if asked to, and returns what waits for it.
+func (b *bench) stormCPUProfile(h *hubProcess, n int) func() error {
+	if b.c.profiles == "" {
+		return func() error { return nil }
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- func() error {
+			client, err := rest.HTTPClientFor(h.config(b.admin))
+			if err != nil {
+				return err
+			}
+			path := filepath.Join(b.c.profiles, fmt.Sprintf("cpu-storm-%d.pprof", n))
+			if err := fetchProfile(client, h.url()+fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(b.c.window.Seconds())), path); err != nil {
+				return fmt.Errorf("profiling the restarted replica's CPU: %w", err)
+			}
+			fmt.Printf("the restarted replica's CPU over the first %v after its restart: %s\n", b.c.window, path)
+			return nil
+		}()
+	}()
+	return func() error { return <-done }
 }
 
 // processKind names what a process of the bench is, for cpuShares.
