@@ -158,7 +158,11 @@ func (o *Owners) Run(ctx context.Context) {
 func (o *Owners) HasSynced() bool { return o.informer.HasSynced() }
 
 // Owner returns the replica that holds the session of key, if another replica holds a Lease
-// for it that has not expired.
+// for it that has not expired. A Lease naming this replica's own peer URL under another
+// identity was written by an earlier process at this address, which is dead: a replica
+// restarted with its sessions' Leases unexpired would otherwise hop to itself, two TLS
+// handshakes and a review of its own credentials for a 503, for every request and probe of
+// a mount whose agent has not attached again (a seventh of its CPU in a storm of 10,000).
 func (o *Owners) Owner(key string) (Peer, bool) {
 	lease, err := o.lister.Get(LeaseName(key))
 	if err != nil {
@@ -169,6 +173,9 @@ func (o *Owners) Owner(key string) (Peer, bool) {
 		return Peer{}, false
 	}
 	u := lease.Annotations[AnnotationPeerURL]
+	if u == o.cfg.PeerURL {
+		return Peer{}, false
+	}
 	if _, err := ParsePeerURL(u); err != nil {
 		return Peer{}, false
 	}

@@ -3,6 +3,13 @@ package peers
 import (
 	"testing"
 	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 )
 
 // With a renewal budget, the sessions of a replica renew at most that many Leases a second
@@ -41,5 +48,43 @@ func TestRenewalBudget(t *testing.T) {
 	// Without a budget, the configured period holds however many sessions there are.
 	if p := (OwnersConfig{LeaseDuration: DefaultLeaseDuration, RenewPeriod: DefaultRenewPeriod}).renewPeriod(100000); p != DefaultRenewPeriod {
 		t.Errorf("no budget: %s", p)
+	}
+}
+
+// TestOwnerIsNeverThisAddress: a Lease that another replica holds names it as the owner; one
+// that an earlier process at this replica's own peer URL wrote (the replica restarted before
+// its sessions' Leases expired) names none, so requests for its mounts get 503 at once
+// instead of a hop from the replica to itself.
+func TestOwnerIsNeverThisAddress(t *testing.T) {
+	const self = "https://127.0.0.1:6443"
+	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	o := &Owners{cfg: OwnersConfig{Identity: "replica-a-2", PeerURL: self}, clock: clock.RealClock{}}
+	o.lister = coordinationlisters.NewLeaseLister(indexer).Leases("ns")
+	lease := func(key, holder, url string) {
+		t.Helper()
+		err := indexer.Add(&coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: LeaseName(key), Annotations: map[string]string{
+				AnnotationSessionKey: key, AnnotationPeerURL: url,
+			}},
+			Spec: coordinationv1.LeaseSpec{
+				HolderIdentity:       ptr.To(holder),
+				RenewTime:            &metav1.MicroTime{Time: time.Now()},
+				LeaseDurationSeconds: ptr.To[int32](60),
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	lease("other", "replica-b-1", "https://127.0.0.2:6443")
+	lease("earlier", "replica-a-1", self)
+	lease("mine", "replica-a-2", self)
+	if p, ok := o.Owner("other"); !ok || p.URL != "https://127.0.0.2:6443" || p.Identity != "replica-b-1" {
+		t.Errorf("another replica's Lease: %+v, %v", p, ok)
+	}
+	for _, key := range []string{"earlier", "mine", "none"} {
+		if p, ok := o.Owner(key); ok {
+			t.Errorf("%s: owner %+v, want none", key, p)
+		}
 	}
 }
