@@ -162,7 +162,8 @@ func (o *Owners) HasSynced() bool { return o.informer.HasSynced() }
 // identity was written by an earlier process at this address, which is dead: a replica
 // restarted with its sessions' Leases unexpired would otherwise hop to itself, two TLS
 // handshakes and a review of its own credentials for a 503, for every request and probe of
-// a mount whose agent has not attached again (a seventh of its CPU in a storm of 10,000).
+// a mount whose agent has not attached again (the hops' client side alone was 7.6 % of the
+// replica's CPU samples in the first minute of a storm of 10,000).
 func (o *Owners) Owner(key string) (Peer, bool) {
 	lease, err := o.lister.Get(LeaseName(key))
 	if err != nil {

@@ -170,33 +170,34 @@ func bind(ctx context.Context, host kubernetes.Interface, role string, names []s
 }
 
 // readiness counts the Mounts that are Ready with an agent reported connected (since since, if
-// not zero), and
-// lists the Mounts with an agent reported connected since then by the condition's message
-// (which names the replica).
+// not zero), and lists the Mounts with an agent reported connected since then by the
+// condition's message (which names the replica).
 func (f *fleet) readiness(ctx context.Context, since time.Time) (ready int, byReplica map[string][]string, err error) {
 	byReplica = map[string][]string{}
-	opts := metav1.ListOptions{Limit: 1000}
-	for {
-		list, err := f.mounts.MountsV1alpha1().Mounts().List(ctx, opts)
-		if err != nil {
-			return 0, nil, err
+	_, err = f.listInto(ctx, func(m *v1alpha1.Mount) {
+		c := connectedSince(m, since)
+		if c == nil {
+			return
 		}
-		for i := range list.Items {
-			m := &list.Items[i]
-			c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.ConditionAgentConnected)
-			if c == nil || c.Status != metav1.ConditionTrue || (!since.IsZero() && c.LastTransitionTime.Time.Before(since.Truncate(time.Second))) {
-				continue
-			}
-			byReplica[c.Message] = append(byReplica[c.Message], m.Name)
-			if m.Status.Phase == v1alpha1.MountPhaseReady {
-				ready++
-			}
+		byReplica[c.Message] = append(byReplica[c.Message], m.Name)
+		if m.Status.Phase == v1alpha1.MountPhaseReady {
+			ready++
 		}
-		if list.Continue == "" {
-			return ready, byReplica, nil
-		}
-		opts.Continue = list.Continue
+	})
+	if err != nil {
+		return 0, nil, err
 	}
+	return ready, byReplica, nil
+}
+
+// connectedSince is m's AgentConnected condition if it is true and (since not zero) says so
+// since since, else nil. Condition times have seconds.
+func connectedSince(m *v1alpha1.Mount, since time.Time) *metav1.Condition {
+	c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.ConditionAgentConnected)
+	if c == nil || c.Status != metav1.ConditionTrue || (!since.IsZero() && c.LastTransitionTime.Time.Before(since.Truncate(time.Second))) {
+		return nil
+	}
+	return c
 }
 
 // waitReady watches the Mounts until n of them are Ready with an agent reported connected at
@@ -206,11 +207,8 @@ func (f *fleet) readiness(ctx context.Context, since time.Time) (ready int, byRe
 // loads the replica being measured. A watch that fails (the replica not serving yet, say) is
 // listed and watched again.
 func (f *fleet) waitReady(ctx context.Context, since time.Time, n int) (time.Duration, error) {
-	cutoff := since.Truncate(time.Second) // condition times have seconds
 	isReady := func(m *v1alpha1.Mount) bool {
-		c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.ConditionAgentConnected)
-		return c != nil && c.Status == metav1.ConditionTrue && !c.LastTransitionTime.Time.Before(cutoff) &&
-			m.Status.Phase == v1alpha1.MountPhaseReady
+		return m.Status.Phase == v1alpha1.MountPhaseReady && connectedSince(m, since) != nil
 	}
 	for {
 		if err := ctx.Err(); err != nil {

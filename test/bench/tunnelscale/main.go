@@ -688,12 +688,8 @@ func (b *bench) stormRestart(ctx context.Context, n int) error {
 	if b.c.profiles != "" {
 		// The new process's allocations since it started are the storm's: what its collector
 		// worked through.
-		client, err := rest.HTTPClientFor(h.config(b.admin))
+		path, err := b.replicaProfile(h, "allocs", fmt.Sprintf("allocs-storm-%d.pprof", n))
 		if err != nil {
-			return err
-		}
-		path := filepath.Join(b.c.profiles, fmt.Sprintf("allocs-storm-%d.pprof", n))
-		if err := fetchProfile(client, h.url()+"/debug/pprof/allocs", path); err != nil {
 			return fmt.Errorf("profiling the restarted replica: %w", err)
 		}
 		fmt.Printf("the restarted replica's allocations since it started: %s\n", path)
@@ -710,12 +706,8 @@ func (b *bench) stormCPUProfile(h *hubProcess, n int) func() error {
 	done := make(chan error, 1)
 	go func() {
 		done <- func() error {
-			client, err := rest.HTTPClientFor(h.config(b.admin))
+			path, err := b.replicaProfile(h, fmt.Sprintf("profile?seconds=%d", int(b.c.window.Seconds())), fmt.Sprintf("cpu-storm-%d.pprof", n))
 			if err != nil {
-				return err
-			}
-			path := filepath.Join(b.c.profiles, fmt.Sprintf("cpu-storm-%d.pprof", n))
-			if err := fetchProfile(client, h.url()+fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(b.c.window.Seconds())), path); err != nil {
 				return fmt.Errorf("profiling the restarted replica's CPU: %w", err)
 			}
 			fmt.Printf("the restarted replica's CPU over the first %v after its restart: %s\n", b.c.window, path)
@@ -723,6 +715,17 @@ func (b *bench) stormCPUProfile(h *hubProcess, n int) func() error {
 		}()
 	}()
 	return func() error { return <-done }
+}
+
+// replicaProfile writes the replica's /debug/pprof/<query> to file in the profiles directory
+// and returns its path.
+func (b *bench) replicaProfile(h *hubProcess, query, file string) (string, error) {
+	client, err := rest.HTTPClientFor(h.config(b.admin))
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(b.c.profiles, file)
+	return path, fetchProfile(client, h.url()+"/debug/pprof/"+query, path)
 }
 
 // processKind names what a process of the bench is, for cpuShares.
