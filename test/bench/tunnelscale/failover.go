@@ -78,8 +78,10 @@ func (b *bench) failoverRun(ctx context.Context, n int) error {
 		fmt.Printf("every agent of replica 2 attached again (the agents' count of sessions started) %v after the failure\n", allAttached.Round(100*time.Millisecond))
 	}
 	fmt.Printf("a GET through each remaining replica reaches every agent of replica 2 again %v after the failure (%s of the (mount, replica) pairs; answers meanwhile: %v)\n", oks[len(oks)-1].Round(100*time.Millisecond), quantiles(oks), codes)
-	fmt.Printf("host API calls meanwhile: %s\n", rates(before, after, time.Since(failed)))
-	fmt.Println(cpuShares(procs0, processCPU(), b.processKind, len(moved), "moved agent"))
+	took, procs1 := time.Since(failed), processCPU()
+	fmt.Printf("host API calls meanwhile: %s\n", rates(before, after, took))
+	fmt.Println(cpuShares(procs0, procs1, b.processKind, len(moved), "moved agent"))
+	fmt.Println(cpuFloor(procs0, procs1, b.processKind, took))
 	if b.c.failover == "stop" {
 		_ = victim.cmd.Process.Signal(syscall.SIGCONT)
 	}

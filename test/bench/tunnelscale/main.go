@@ -680,7 +680,9 @@ func (b *bench) stormRestart(ctx context.Context, n int) error {
 	fmt.Printf("recovered (sessions, GETs and Mounts) %v after the kill; sessions started meanwhile %d (%.2f per agent); %s\n", recovered.Round(100*time.Millisecond), started1-started0, float64(started1-started0)/float64(n*b.c.sessions), machineCPU().since(cpu0))
 	fmt.Printf("mount-apiserver RSS: peak %.0f MiB (VmHWM of the new process), now %.0f MiB\n", mib(max(int(peakRSS.Load()), m.hwm)), mib(m.rss))
 	fmt.Printf("host API calls from the kill to recovery (%v): %s\n", recovered.Round(time.Second), rates(before, after, recovered))
-	fmt.Println(cpuShares(procs0, processCPU(), b.processKind, started1-started0, "session started"))
+	procs1 := processCPU()
+	fmt.Println(cpuShares(procs0, procs1, b.processKind, started1-started0, "session started"))
+	fmt.Println(cpuFloor(procs0, procs1, b.processKind, recovered))
 	fmt.Print(logSummary(h.logPath, logOffset))
 	if err := stormProfile(); err != nil {
 		return err
@@ -740,14 +742,14 @@ func (b *bench) processKind(pid int, comm string) string {
 	case b.etcd != nil && pid == b.etcd.Pid():
 		return "mount-apiserver's etcd"
 	case comm == "tunnelscale":
-		return "agent simulators"
+		return kindAgents
 	}
 	for i, h := range b.hubs {
 		if h.cmd != nil && h.cmd.Process != nil && pid == h.pid() {
 			if len(b.hubs) > 1 {
-				return fmt.Sprintf("mount-apiserver replica %d", i+1)
+				return fmt.Sprintf("%s replica %d", kindReplica, i+1)
 			}
-			return "mount-apiserver"
+			return kindReplica
 		}
 	}
 	return comm

@@ -450,3 +450,31 @@ func cpuPercents(before, after map[int]procCPU, label func(pid int, comm string)
 	}
 	return fmt.Sprintf("CPU of the bench's processes, share of one core: %.1f %% in all: %s", pct(total), strings.Join(parts, ", "))
 }
+
+// The kinds of processCPU's processes that cpuFloor tells apart.
+const (
+	kindAgents  = "agent simulators"
+	kindReplica = "mount-apiserver"
+)
+
+// cpuFloor says how long the work between two readings would have taken at the least had
+// this machine's cores done nothing else, as the CPU it took over the number of cores: with
+// every process of the bench, without the agent simulators (a fleet's agents run on
+// machines of their own), and for the replicas alone. A figure that stays above a goal is
+// a goal this machine cannot reach, whatever is waited for.
+func cpuFloor(before, after map[int]procCPU, label func(pid int, comm string) string, took time.Duration) string {
+	_, sums, total := byKind(before, after, label)
+	var agents, replicas time.Duration
+	for kind, d := range sums {
+		switch {
+		case kind == kindAgents:
+			agents += d
+		case kind == kindReplica || strings.HasPrefix(kind, kindReplica+" replica "):
+			replicas += d
+		}
+	}
+	cores := runtime.NumCPU()
+	over := func(d time.Duration) float64 { return d.Seconds() / float64(cores) }
+	return fmt.Sprintf("the floor on %d cores (the CPU taken over the cores): %.1f s with every process of the bench (it took %.1f s), %.1f s without the agent simulators, %.1f s for mount-apiserver alone",
+		cores, over(total), took.Seconds(), over(total-agents), over(replicas))
+}
