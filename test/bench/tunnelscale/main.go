@@ -740,7 +740,7 @@ func (b *bench) processKind(pid int, comm string) string {
 	case pid == b.remote.Pid():
 		return "target kube-apiserver"
 	case b.etcd != nil && pid == b.etcd.Pid():
-		return "mount-apiserver's etcd"
+		return kindReplica + "'s etcd"
 	case comm == "tunnelscale":
 		return kindAgents
 	}
